@@ -1,0 +1,89 @@
+"""Engine entry points used by ``app/`` and the CLI: one call per service operation.
+
+Source: Caffe2 ``GradientRegistry.GetGradientForOp`` / ``GetBackwardPass`` and
+``Net.AddGradientOperators`` (spec §2.2, §2.5, §2.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from api_schemas import caffe2_pb2
+from core.ir.env import GenLimits
+from core.types import Diagnostic, GradValue
+
+
+@dataclass
+class OpGradientResult:
+    """Answer of :func:`gradient_for_op`.
+
+    Attributes:
+        grad_ops: gradient OperatorDefs, in execution order.
+        g_input: one entry per forward input (``None`` = no gradient).
+        diagnostics: warnings and notes.
+    """
+
+    grad_ops: list[caffe2_pb2.OperatorDef]
+    g_input: list[GradValue]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+@dataclass
+class NetGradientResult:
+    """Answer of :func:`gradient_for_net`.
+
+    Attributes:
+        grad_ops: gradient OperatorDefs (seeds, gradient ops, Sum/Concat accumulation).
+        grad_map: blob -> gradient for every blob that ended with a gradient, in
+            first-appearance order of the blob in the forward net (deterministic).
+        diagnostics: warnings and notes.
+        net: forward plus gradient ops when ``return_net`` was asked (``AddGradientOperators``).
+    """
+
+    grad_ops: list[caffe2_pb2.OperatorDef]
+    grad_map: dict[str, GradValue]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    net: caffe2_pb2.NetDef | None = None
+
+
+def gradient_for_op(
+    op: caffe2_pb2.OperatorDef,
+    g_output: Sequence[GradValue],
+    limits: GenLimits | None = None,
+) -> OpGradientResult:
+    """Gradient ops of one forward op (``GetGradientForOp``), ``Do``/``If``/``While`` included.
+
+    Raises:
+        InvalidRequestError: ``g_output`` length differs from ``len(op.output)``.
+        GradientNotDefinedError, InvalidNetError, GradientError, LimitExceededError.
+    """
+    from core.ir.backward import op_gradient
+
+    return op_gradient(op, g_output, limits or GenLimits())
+
+
+def gradient_for_net(
+    net: caffe2_pb2.NetDef,
+    ys: Sequence[str] | Mapping[str, GradValue],
+    skip: int = 0,
+    return_net: bool = False,
+    limits: GenLimits | None = None,
+) -> NetGradientResult:
+    """Backward pass of a whole net (``GetBackwardPass`` / ``AddGradientOperators``).
+
+    Args:
+        net: forward NetDef.
+        ys: blob names to seed with all-ones gradients, or a map blob -> gradient
+            (``None`` = auto seed ``<y>_autogen_grad``).
+        skip: ignore the first ``skip`` ops (e.g. data loading).
+        return_net: also return forward + gradient ops as one NetDef.
+
+    Raises:
+        InvalidRequestError: a ``ys`` blob is written by no op; ``skip`` out of range.
+        GradientNotDefinedError: ops on the path without a gradient (all listed at once).
+        VersionMismatchError, InvalidNetError, GradientError, LimitExceededError.
+    """
+    from core.ir.backward import net_gradient
+
+    return net_gradient(net, ys, skip, return_net, limits or GenLimits())

@@ -1,0 +1,100 @@
+"""Typed exceptions of the engine. ``app/`` maps each class to an HTTP status.
+
+Every error carries a list of :class:`~core.types.Diagnostic` entries (``problems``), so one
+answer can name every offending op (op index, op type and sub-net path) at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from core.types import Diagnostic
+
+
+class NetgradError(Exception):
+    """Base class: a request the engine cannot serve. Never an internal bug."""
+
+    code = "netgrad_error"
+
+    def __init__(self, message: str, problems: Iterable[Diagnostic] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        probs = list(problems or ())
+        if not probs:
+            probs = [Diagnostic("error", self.code, message)]
+        self.problems: list[Diagnostic] = probs
+
+    @classmethod
+    def at(
+        cls,
+        message: str,
+        *,
+        op_index: int | None = None,
+        op_type: str | None = None,
+        path: str | None = None,
+        blobs: Iterable[str] = (),
+        code: str | None = None,
+    ) -> NetgradError:
+        """Build an error with a single problem located at one op."""
+        return cls(
+            message,
+            [
+                Diagnostic(
+                    "error",
+                    code or cls.code,
+                    message,
+                    op_index=op_index,
+                    op_type=op_type,
+                    path=path,
+                    blobs=tuple(blobs),
+                )
+            ],
+        )
+
+
+class DecodeError(NetgradError):
+    """The body could not be decoded (truncated protobuf, bad JSON, unknown field, bad UTF-8)."""
+
+    code = "decode_error"
+
+
+class InvalidRequestError(NetgradError):
+    """The request is well-formed but its fields are inconsistent (e.g. wrong g_output length)."""
+
+    code = "invalid_request"
+
+
+class LimitExceededError(NetgradError):
+    """A configured limit was exceeded (nesting depth, body size, tensor size, iterations)."""
+
+    code = "limit_exceeded"
+
+
+class InvalidNetError(NetgradError):
+    """The NetDef or an op in it is malformed (schema check, bad Do bindings, bad sub-net)."""
+
+    code = "invalid_net"
+
+
+class GradientError(NetgradError):
+    """Gradient generation failed for reasons located in the net (Caffe2 raised here too)."""
+
+    code = "gradient_error"
+
+
+class GradientNotDefinedError(GradientError):
+    """An op on the backward path has no gradient (not registered, should-not, not-yet)."""
+
+    code = "gradient_not_defined"
+
+
+class VersionMismatchError(GradientError):
+    """A gradient op needs a blob version that a later in-place write overwrote (spec §2.6)."""
+
+    code = "version_mismatch"
+
+
+class ExecutionError(NetgradError):
+    """Running a net failed: a kernel raised, shapes mismatched, or a job limit was hit."""
+
+    code = "execution_error"

@@ -1,0 +1,86 @@
+"""Per-request state of gradient generation: limits, diagnostics, sub-net path, name counters.
+
+Upstream Caffe2 keeps process-global net-name counters (``gradient_loop_cond_net_1``...);
+netgrad keeps them per request so answers are deterministic (spec §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from core.errors import LimitExceededError
+from core.types import Diagnostic
+
+
+@dataclass(frozen=True)
+class GenLimits:
+    """Limits of one generation request.
+
+    Attributes:
+        max_depth: deepest allowed nesting of sub-nets (Do/If/While inside each other).
+    """
+
+    max_depth: int = 64
+
+
+@dataclass
+class GenEnv:
+    """Generation environment shared by the backward pass and the control-flow makers.
+
+    Attributes:
+        limits: request limits.
+        diagnostics: warnings and notes collected so far (shared with child envs).
+        path: sub-net path prefix of the ops being processed, e.g. ``op[3]:If/then_net/``.
+        depth: current nesting depth (0 = top-level net).
+        counters: per-request counters for unique net names (shared with child envs).
+    """
+
+    limits: GenLimits = field(default_factory=GenLimits)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    path: str = ""
+    depth: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def op_path(self, op_index: int, op_type: str) -> str:
+        """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""
+        return f"{self.path}op[{op_index}]:{op_type}"
+
+    def child(self, op_index: int, op_type: str, arg_name: str) -> GenEnv:
+        """Environment for the sub-net held in argument ``arg_name`` of op ``op_index``.
+
+        Raises:
+            LimitExceededError: the nesting depth would exceed ``limits.max_depth``.
+        """
+        path = f"{self.op_path(op_index, op_type)}/{arg_name}/"
+        if self.depth + 1 > self.limits.max_depth:
+            raise LimitExceededError.at(
+                f"sub-nets are nested deeper than the limit of {self.limits.max_depth}",
+                op_index=op_index,
+                op_type=op_type,
+                path=path.rstrip("/"),
+                code="nesting_too_deep",
+            )
+        return GenEnv(self.limits, self.diagnostics, path, self.depth + 1, self.counters)
+
+    def warn(
+        self,
+        code: str,
+        message: str,
+        *,
+        op_index: int | None = None,
+        op_type: str | None = None,
+        blobs: Iterable[str] = (),
+        severity: str = "warning",
+    ) -> None:
+        """Record a diagnostic located at op ``op_index`` of the current net."""
+        path = self.op_path(op_index, op_type or "") if op_index is not None else self.path
+        self.diagnostics.append(
+            Diagnostic(severity, code, message, op_index, op_type, path or None, tuple(blobs))
+        )
+
+    def unique_net_name(self, base: str) -> str:
+        """``base`` the first time, then ``base_1``, ``base_2``... (Caffe2 ``Net`` naming)."""
+        n = self.counters.get(base, 0)
+        self.counters[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"

@@ -1,0 +1,23 @@
+"""Op families: each module registers, per op, its NumPy kernel and gradient maker side by side.
+
+Call :func:`load_all` once before using the registry; it imports every module here plus the
+control-flow gradient makers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every op module (idempotent), so that all registrations are in place."""
+    global _loaded
+    if _loaded:
+        return
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+    importlib.import_module("core.control.gradients")
+    _loaded = True

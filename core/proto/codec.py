@@ -1,0 +1,135 @@
+"""Load and dump Caffe2 messages as binary protobuf, JSON and protobuf text format.
+
+JSON uses protobuf's own JSON mapping (``google.protobuf.json_format``) with proto field
+names on output; lowerCamelCase names are accepted on input. One deliberate deviation:
+``Argument.s`` and ``Argument.strings`` are UTF-8 *text* in JSON, not base64, because they
+hold blob names and strings such as ``"NCHW"`` (the canonical base64 mapping would silently
+turn a name like ``data`` into junk bytes). Bytes that are not valid UTF-8 cannot be shown
+as JSON text; asking for such a message as JSON is a :class:`~core.errors.DecodeError`.
+
+Text format accepts the legacy ``DeviceOption`` field name ``cuda_gpu_id`` (field 2,
+renamed ``device_id`` later; spec §1.5).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any, TypeVar
+
+from google.protobuf import descriptor, json_format, message, text_format
+
+from api_schemas import caffe2_pb2
+from core.errors import DecodeError
+
+M = TypeVar("M", bound=message.Message)
+
+_ARGUMENT = caffe2_pb2.Argument.DESCRIPTOR.full_name
+_BYTES_AS_TEXT = {"s", "strings"}
+_LEGACY_GPU_ID = re.compile(r"(^|[\s{;,])cuda_gpu_id(\s*:)", re.MULTILINE)
+
+
+def from_binary(data: bytes, cls: type[M]) -> M:
+    """Parse a binary protobuf message.
+
+    Raises:
+        DecodeError: truncated or otherwise malformed bytes.
+    """
+    msg = cls()
+    try:
+        msg.ParseFromString(data)
+    except message.DecodeError as exc:
+        raise DecodeError(f"invalid binary {cls.DESCRIPTOR.name}: {exc}") from exc
+    return msg
+
+
+def to_binary(msg: message.Message) -> bytes:
+    """Serialize to binary protobuf (deterministic: map-free schema, fields in number order)."""
+    return msg.SerializeToString(deterministic=True)
+
+
+def from_text(text: str, cls: type[M]) -> M:
+    """Parse protobuf text format (``.pbtxt``), accepting ``cuda_gpu_id`` for ``device_id``.
+
+    Raises:
+        DecodeError: the text does not parse.
+    """
+    msg = cls()
+    try:
+        text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
+    except text_format.ParseError as exc:
+        raise DecodeError(f"invalid text-format {cls.DESCRIPTOR.name}: {exc}") from exc
+    return msg
+
+
+def to_text(msg: message.Message) -> str:
+    """Protobuf text format of ``msg``."""
+    return text_format.MessageToString(msg)
+
+
+def to_json_obj(msg: message.Message) -> dict[str, Any]:
+    """JSON-ready dict with proto field names; Argument ``s``/``strings`` as UTF-8 text.
+
+    Raises:
+        DecodeError: an Argument string holds bytes that are not valid UTF-8.
+    """
+    obj = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    _walk(obj, msg.DESCRIPTOR, _b64_to_text)
+    return obj
+
+
+def from_json_obj(obj: Any, cls: type[M]) -> M:
+    """Build a message from a JSON-decoded object (proto or lowerCamelCase field names).
+
+    Raises:
+        DecodeError: unknown fields, wrong types, or a value that does not fit the schema.
+    """
+    if not isinstance(obj, dict):
+        raise DecodeError(f"{cls.DESCRIPTOR.name} must be a JSON object")
+    try:
+        import copy
+
+        work = copy.deepcopy(obj)
+        _walk(work, cls.DESCRIPTOR, _text_to_b64)
+        return json_format.ParseDict(work, cls(), ignore_unknown_fields=False)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+        raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+
+
+def _b64_to_text(value: str, where: str) -> str:
+    raw = base64.b64decode(value)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(
+            f"{where} holds bytes that are not UTF-8 and cannot be shown as JSON text; "
+            "ask for application/protobuf instead"
+        ) from exc
+
+
+def _text_to_b64(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise DecodeError(f"{where} must be a JSON string (UTF-8 text), got {type(value).__name__}")
+    return base64.b64encode(value.encode("utf-8")).decode("ascii")
+
+
+def _walk(obj: Any, desc: descriptor.Descriptor, fix: Any, where: str = "") -> None:
+    """Apply ``fix`` to every Argument ``s``/``strings`` value inside ``obj`` (in place)."""
+    if not isinstance(obj, dict):
+        return
+    for key in list(obj):
+        field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
+        if field is None:
+            continue
+        val = obj[key]
+        here = f"{where}.{field.name}" if where else field.name
+        if desc.full_name == _ARGUMENT and field.name in _BYTES_AS_TEXT:
+            if isinstance(val, list):
+                obj[key] = [fix(v, here) for v in val]
+            elif val is not None:
+                obj[key] = fix(val, here)
+            continue
+        if field.message_type is not None:
+            items = val if isinstance(val, list) else [val]
+            for item in items:
+                _walk(item, field.message_type, fix, here)

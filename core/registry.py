@@ -1,0 +1,499 @@
+"""The op registry: op type -> schema, gradient status/maker and NumPy kernel.
+
+Source: Caffe2 ``operator_gradient.h`` / ``operator.cc`` (``GetGradientForOp``) and the
+Python ``GradientRegistry`` (spec §2.2, §2.3). Each op module in ``core/ops`` registers its
+ops with the decorators below; :func:`core.ops.load_all` imports them all.
+
+A forward op type has exactly one :class:`GradientStatus`:
+
+* ``GRADIENT`` - a maker exists;
+* ``NO_GRADIENT`` - gradients stop silently (fill ops, ``StopGradient``);
+* ``SHOULD_NOT_DIFFERENTIATE`` - an error if the backward pass reaches it with a gradient;
+* ``NOT_IMPLEMENTED`` - an error if reached (Caffe2's ``GRADIENT_NOT_IMPLEMENTED_YET`` and
+  the Int8 ops, which register nothing upstream).
+
+Gradient-only op types (``ReluGradient``...) are registered with ``gradient_op=True``: they
+have kernels but are never differentiated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from api_schemas import caffe2_pb2
+from core.errors import GradientError, GradientNotDefinedError, InvalidNetError
+from core.types import GradientSlice, GradValue
+
+if TYPE_CHECKING:
+    import numpy as np
+
+OperatorDef = caffe2_pb2.OperatorDef
+Argument = caffe2_pb2.Argument
+
+
+class GradientStatus(str, Enum):
+    """Gradient status of a forward op type (Caffe2 registration macros, spec §2.3)."""
+
+    GRADIENT = "gradient"
+    NO_GRADIENT = "no_gradient"
+    SHOULD_NOT_DIFFERENTIATE = "should_not_differentiate"
+    NOT_IMPLEMENTED = "not_implemented"
+    GRADIENT_OP = "gradient_op"  # a gradient op type; has a kernel, never differentiated
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    """Input/output arity and allowed in-place pairs of an op type (Caffe2 ``OpSchema``).
+
+    Attributes:
+        min_inputs, max_inputs, min_outputs, max_outputs: arity bounds (``-1`` = unbounded).
+        allow_inplace: pairs ``(input_index, output_index)`` that may share a blob name, or
+            ``True`` for any pairing.
+    """
+
+    min_inputs: int = 0
+    max_inputs: int = -1
+    min_outputs: int = 0
+    max_outputs: int = -1
+    allow_inplace: bool | frozenset[tuple[int, int]] = True
+
+    def verify(self, op: OperatorDef) -> str | None:
+        """Return a reason why ``op`` fails this schema, or ``None`` when it passes."""
+        n_in, n_out = len(op.input), len(op.output)
+        if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
+            return f"{op.type} takes {_arity(self.min_inputs, self.max_inputs)} inputs, got {n_in}"
+        if n_out < self.min_outputs or (self.max_outputs >= 0 and n_out > self.max_outputs):
+            return (
+                f"{op.type} takes {_arity(self.min_outputs, self.max_outputs)} outputs, "
+                f"got {n_out}"
+            )
+        if self.allow_inplace is not True:
+            allowed = self.allow_inplace or frozenset()
+            for i, name in enumerate(op.input):
+                for o, out in enumerate(op.output):
+                    if name == out and (i, o) not in allowed:
+                        return (
+                            f"input {i} and output {o} are both '{name}': set to be in-place "
+                            f"but this is not supported by op {op.type}"
+                        )
+        return None
+
+
+def _arity(lo: int, hi: int) -> str:
+    if hi < 0:
+        return f"at least {lo}"
+    return str(lo) if lo == hi else f"{lo} to {hi}"
+
+
+def schema(
+    inputs: int | tuple[int, int] = (0, -1),
+    outputs: int | tuple[int, int] = (0, -1),
+    inplace: bool | Sequence[tuple[int, int]] = True,
+) -> OpSchema:
+    """Shorthand: ``schema(2, 1)`` = exactly 2 inputs, 1 output; tuples give (min, max)."""
+    lo_i, hi_i = (inputs, inputs) if isinstance(inputs, int) else inputs
+    lo_o, hi_o = (outputs, outputs) if isinstance(outputs, int) else outputs
+    allow: bool | frozenset[tuple[int, int]] = (
+        inplace if isinstance(inplace, bool) else frozenset(inplace)
+    )
+    return OpSchema(lo_i, hi_i, lo_o, hi_o, allow)
+
+
+class GradientMaker:
+    """What a gradient maker sees: the forward op, ``g_output`` and Caffe2's helpers.
+
+    Mirrors ``GradientMakerBase`` (spec §2.3): ``I``/``O`` name forward inputs/outputs,
+    ``GO`` reads output gradients, ``GI`` names (and records) input gradients, and
+    ``set_dense``/``set_sparse`` record pass-through gradients without an op.
+
+    Attributes:
+        op: the forward OperatorDef (read-only by convention).
+        g_output: one gradient value per forward output.
+        g_input: one gradient value per forward input, filled by the maker.
+        env: the generation environment (limits, diagnostics, sub-net path); see
+            :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
+    """
+
+    def __init__(self, op: OperatorDef, g_output: Sequence[GradValue], env: Any) -> None:
+        self.op = op
+        self.g_output: list[GradValue] = list(g_output)
+        self.g_input: list[GradValue] = [None] * len(op.input)
+        self.env = env
+
+    # -- names -----------------------------------------------------------------
+    def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
+        """Name of forward input ``i``."""
+        return self.op.input[i]
+
+    def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
+        """Name of forward output ``i``."""
+        return self.op.output[i]
+
+    def has_go(self, i: int) -> bool:
+        """Whether output ``i`` has any gradient (Caffe2 ``GradOut(i).IsEmpty()`` negated)."""
+        return i < len(self.g_output) and self.g_output[i] is not None
+
+    def GO(self, i: int) -> str:
+        """Dense gradient of output ``i``.
+
+        Raises:
+            GradientError: the gradient is missing or sparse.
+        """
+        g = self.g_output[i] if i < len(self.g_output) else None
+        if g is None:
+            raise GradientError(f"Gradient of output {self.O(i)} is not provided!")
+        if isinstance(g, GradientSlice):
+            raise GradientError(f"Gradient of output {self.O(i)} is sparse (expected dense).")
+        return g
+
+    def GO_I(self, i: int) -> str:
+        """Indices blob of a sparse output gradient."""
+        return self._go_sparse(i).indices
+
+    def GO_V(self, i: int) -> str:
+        """Values blob of a sparse output gradient."""
+        return self._go_sparse(i).values
+
+    def _go_sparse(self, i: int) -> GradientSlice:
+        g = self.g_output[i] if i < len(self.g_output) else None
+        if not isinstance(g, GradientSlice):
+            raise GradientError(f"Gradient of output {self.O(i)} is not sparse.")
+        return g
+
+    def GI(self, i: int) -> str:
+        """Record and return the dense gradient name ``<input>_grad`` of input ``i``."""
+        name = self.I(i) + "_grad"
+        self.set_dense(i, name)
+        return name
+
+    def GI_I(self, i: int) -> str:
+        """Record and return ``<input>_grad_indices`` (sparse gradient of input ``i``)."""
+        cur = self.g_input[i]
+        vals = cur.values if isinstance(cur, GradientSlice) else self.I(i) + "_grad_values"
+        name = self.I(i) + "_grad_indices"
+        self.set_sparse(i, name, vals)
+        return name
+
+    def GI_V(self, i: int) -> str:
+        """Record and return ``<input>_grad_values`` (sparse gradient of input ``i``)."""
+        cur = self.g_input[i]
+        idx = cur.indices if isinstance(cur, GradientSlice) else self.I(i) + "_grad_indices"
+        name = self.I(i) + "_grad_values"
+        self.set_sparse(i, idx, name)
+        return name
+
+    def set_dense(self, i: int, name: str) -> None:
+        """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
+        if isinstance(self.g_input[i], GradientSlice):
+            raise GradientError(f"Input {self.I(i)} already set to sparse.")
+        self.g_input[i] = name
+
+    def set_sparse(self, i: int, indices: str, values: str) -> None:
+        """Record a sparse gradient ``GradientSlice(indices, values)`` for input ``i``."""
+        if isinstance(self.g_input[i], str):
+            raise GradientError(f"Input {self.I(i)} already set to dense.")
+        self.g_input[i] = GradientSlice(indices, values)
+
+    # -- arguments -------------------------------------------------------------
+    def arg(self, name: str) -> Argument | None:
+        """First forward argument called ``name``, or ``None``."""
+        return find_arg(self.op, name)
+
+    def arg_i(self, name: str, default: int) -> int:
+        a = self.arg(name)
+        return int(a.i) if a is not None and a.HasField("i") else default
+
+    def arg_f(self, name: str, default: float) -> float:
+        a = self.arg(name)
+        if a is None:
+            return default
+        if a.HasField("f"):
+            return float(a.f)
+        if a.HasField("i"):
+            return float(a.i)
+        return default
+
+    def arg_s(self, name: str, default: str) -> str:
+        a = self.arg(name)
+        return a.s.decode("utf-8", "replace") if a is not None and a.HasField("s") else default
+
+    def arg_ints(self, name: str) -> list[int] | None:
+        a = self.arg(name)
+        return list(a.ints) if a is not None else None
+
+    # -- building ops ----------------------------------------------------------
+    def make_op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        args: Sequence[Argument] = (),
+        name: str = "",
+    ) -> OperatorDef:
+        """A new gradient OperatorDef, built like C++ ``CreateOperatorDef`` (name present)."""
+        return make_op(op_type, inputs, outputs, args, name=name)
+
+
+def make_op(
+    op_type: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    args: Sequence[Argument] = (),
+    name: str | None = "",
+) -> OperatorDef:
+    """Build an OperatorDef. ``name=None`` leaves ``name`` unset (a raw ``OperatorDef()``)."""
+    op = OperatorDef()
+    op.type = op_type
+    if name is not None:
+        op.name = name
+    op.input.extend(inputs)
+    op.output.extend(outputs)
+    if args:
+        op.arg.extend(args)
+    return op
+
+
+def make_arg(name: str, value: Any) -> Argument:
+    """Build an Argument with Caffe2's ``MakeArgument`` typing rules (spec §1.4).
+
+    float -> ``f``; int/bool -> ``i``; str/bytes -> ``s``; NetDef -> ``n``; a list of floats ->
+    ``floats``, of ints -> ``ints``, of str/bytes -> ``strings``, of NetDefs -> ``nets``.
+
+    Raises:
+        TypeError: the value has no Argument encoding.
+    """
+    a = Argument()
+    a.name = name
+    if isinstance(value, bool | int):
+        a.i = int(value)
+    elif isinstance(value, float):
+        a.f = value
+    elif isinstance(value, str):
+        a.s = value.encode("utf-8")
+    elif isinstance(value, bytes):
+        a.s = value
+    elif isinstance(value, caffe2_pb2.NetDef):
+        a.n.CopyFrom(value)
+    elif isinstance(value, list | tuple):
+        items = list(value)
+        if all(isinstance(v, float) for v in items):
+            a.floats.extend(items)
+        elif all(isinstance(v, bool | int) for v in items):
+            a.ints.extend(int(v) for v in items)
+        elif all(isinstance(v, str | bytes) for v in items):
+            a.strings.extend(v.encode("utf-8") if isinstance(v, str) else v for v in items)
+        elif all(isinstance(v, caffe2_pb2.NetDef) for v in items):
+            a.nets.extend(items)
+        else:
+            raise TypeError(f"argument {name}: mixed list has no Argument encoding")
+    else:
+        raise TypeError(f"argument {name}: {type(value).__name__} has no Argument encoding")
+    return a
+
+
+def find_arg(op: OperatorDef | caffe2_pb2.NetDef, name: str) -> Argument | None:
+    """First argument of ``op`` named ``name`` (Caffe2 ``ArgumentHelper``), or ``None``."""
+    for a in op.arg:
+        if a.name == name:
+            return a
+    return None
+
+
+MakerFn = Callable[[GradientMaker], list[OperatorDef]]
+KernelFn = Callable[..., Any]
+
+
+@dataclass
+class OpEntry:
+    """Everything the registry knows about one op type.
+
+    Attributes:
+        op_type: Caffe2 op type name.
+        status: gradient status (see :class:`GradientStatus`).
+        schema: arity / in-place schema checked before a maker runs.
+        maker: gradient maker (status ``GRADIENT``).
+        raw_maker: if true the maker builds its ops fully itself (Python-registered makers
+            such as Do/If/While): no schema check, no copying of device option, engine or
+            args, no ``is_gradient_op`` marking.
+        copy_arguments, copy_device_option, copy_engine: Caffe2's ``CopyArguments`` etc.
+        kernel: NumPy kernel ``kernel(op, inputs) -> list[np.ndarray]``.
+        doc: one line for ``GET /v1/operators``.
+    """
+
+    op_type: str
+    status: GradientStatus = GradientStatus.NOT_IMPLEMENTED
+    schema: OpSchema = field(default_factory=OpSchema)
+    maker: MakerFn | None = None
+    raw_maker: bool = False
+    copy_arguments: bool = True
+    copy_device_option: bool = True
+    copy_engine: bool = True
+    kernel: KernelFn | None = None
+    doc: str = ""
+
+
+REGISTRY: dict[str, OpEntry] = {}
+
+
+def _entry(op_type: str) -> OpEntry:
+    e = REGISTRY.get(op_type)
+    if e is None:
+        e = OpEntry(op_type)
+        REGISTRY[op_type] = e
+    return e
+
+
+def register_op(
+    op_type: str,
+    op_schema: OpSchema | None = None,
+    status: GradientStatus | None = None,
+    doc: str = "",
+) -> OpEntry:
+    """Declare an op type's schema and (optionally) a gradient status without a maker."""
+    e = _entry(op_type)
+    if op_schema is not None:
+        e.schema = op_schema
+    if status is not None:
+        e.status = status
+    if doc:
+        e.doc = doc
+    return e
+
+
+def register_gradient(
+    op_type: str,
+    *,
+    op_schema: OpSchema | None = None,
+    copy_arguments: bool = True,
+    copy_device_option: bool = True,
+    copy_engine: bool = True,
+    raw: bool = False,
+    doc: str = "",
+) -> Callable[[MakerFn], MakerFn]:
+    """Decorator: register ``fn(maker) -> list[OperatorDef]`` as ``op_type``'s gradient maker."""
+
+    def deco(fn: MakerFn) -> MakerFn:
+        e = register_op(op_type, op_schema, GradientStatus.GRADIENT, doc)
+        e.maker = fn
+        e.raw_maker = raw
+        e.copy_arguments = copy_arguments
+        e.copy_device_option = copy_device_option
+        e.copy_engine = copy_engine
+        return fn
+
+    return deco
+
+
+def register_kernel(
+    op_type: str, *, gradient_op: bool = False, op_schema: OpSchema | None = None
+) -> Callable[[KernelFn], KernelFn]:
+    """Decorator: register a NumPy kernel ``fn(op, inputs) -> list[np.ndarray]`` for ``op_type``.
+
+    ``gradient_op=True`` marks a gradient op type (status ``GRADIENT_OP`` unless it also has a
+    forward status of its own, e.g. ``Mul`` used as a gradient op).
+    """
+
+    def deco(fn: KernelFn) -> KernelFn:
+        e = _entry(op_type)
+        if op_schema is not None:
+            e.schema = op_schema
+        if gradient_op and e.maker is None and e.status == GradientStatus.NOT_IMPLEMENTED:
+            e.status = GradientStatus.GRADIENT_OP
+        e.kernel = fn
+        return fn
+
+    return deco
+
+
+def get_entry(op_type: str) -> OpEntry | None:
+    """Registry entry of ``op_type``, or ``None`` when the type is unknown."""
+    return REGISTRY.get(op_type)
+
+
+def get_kernel(op_type: str) -> KernelFn | None:
+    """NumPy kernel for ``op_type``, or ``None``."""
+    e = REGISTRY.get(op_type)
+    return e.kernel if e is not None else None
+
+
+def get_gradient_for_op(
+    op: OperatorDef, g_output: Sequence[GradValue], env: Any = None
+) -> tuple[list[OperatorDef], list[GradValue]]:
+    """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
+
+    Args:
+        op: forward OperatorDef.
+        g_output: one entry per ``op.output``: ``None``, a dense name or a GradientSlice.
+        env: generation environment passed to the maker (``core.ir.env.GenEnv``).
+
+    Returns:
+        ``(grad_ops, g_input)`` with ``len(g_input) == len(op.input)``.
+
+    Raises:
+        GradientNotDefinedError: no maker, ``SHOULD_NOT_DIFFERENTIATE`` or ``NOT_IMPLEMENTED``.
+        InvalidNetError: the op fails its schema check (message contains "schema").
+        GradientError: the maker itself failed (e.g. a required output gradient is missing).
+    """
+    e = REGISTRY.get(op.type)
+    if (
+        e is None
+        or e.status == GradientStatus.GRADIENT_OP
+        or (e.status == GradientStatus.GRADIENT and e.maker is None)
+    ):
+        raise GradientNotDefinedError(f"Gradient maker for operator {op.type} not implemented.")
+    if e.status == GradientStatus.NO_GRADIENT:
+        return [], [None] * len(op.input)
+    if e.status == GradientStatus.SHOULD_NOT_DIFFERENTIATE:
+        raise GradientNotDefinedError(f"One should not call gradient for operator {op.type}.")
+    if e.status == GradientStatus.NOT_IMPLEMENTED or e.maker is None:
+        raise GradientNotDefinedError(
+            f"Operator {op.type} should have a gradient but is not implemented yet."
+        )
+    if len(g_output) != len(op.output):
+        raise GradientError(
+            f"g_output has {len(g_output)} entries but {op.type} has {len(op.output)} outputs"
+        )
+    m = GradientMaker(op, g_output, env)
+    if e.raw_maker:
+        ops = e.maker(m)
+    else:
+        reason = e.schema.verify(op)
+        if reason is not None:
+            raise InvalidNetError(
+                f"(GradientMaker) Operator def did not pass schema checking: {reason}"
+            )
+        ops = e.maker(m)
+        for g in ops:
+            g.is_gradient_op = True
+            if e.copy_device_option and op.HasField("device_option"):
+                g.device_option.CopyFrom(op.device_option)
+            if e.copy_engine and op.HasField("engine"):
+                g.engine = op.engine
+            if e.copy_arguments and len(op.arg):
+                g.arg.extend(op.arg)
+    g_input = m.g_input
+    if len(g_input) != len(op.input):
+        raise GradientError(
+            f"gradient of {op.type} returned {len(g_input)} input gradients for "
+            f"{len(op.input)} inputs"
+        )
+    for g in g_input:
+        if isinstance(g, GradientSlice) and (not g.indices or not g.values):
+            raise GradientError(
+                "For sparse gradient, one should set both indices and values. "
+                f"Currently we have: ({g.indices}, {g.values})."
+            )
+    return ops, g_input
+
+
+def known_op_types() -> list[str]:
+    """All registered op types, sorted."""
+    return sorted(REGISTRY)
+
+
+def kernel_inputs_repr(inputs: Sequence[np.ndarray]) -> str:
+    """Short ``dtype[shape]`` description of kernel inputs, for error messages."""
+    return ", ".join(f"{a.dtype}{list(a.shape)}" for a in inputs)
