@@ -7,6 +7,7 @@ answer can name every offending op (op index, op type and sub-net path) at once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Self
 
 from core.types import Diagnostic
 
@@ -34,7 +35,7 @@ class NetgradError(Exception):
         path: str | None = None,
         blobs: Iterable[str] = (),
         code: str | None = None,
-    ) -> NetgradError:
+    ) -> Self:
         """Build an error with a single problem located at one op."""
         return cls(
             message,

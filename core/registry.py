@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from api_schemas import caffe2_pb2
@@ -34,7 +34,7 @@ OperatorDef = caffe2_pb2.OperatorDef
 Argument = caffe2_pb2.Argument
 
 
-class GradientStatus(str, Enum):
+class GradientStatus(StrEnum):
     """Gradient status of a forward op type (Caffe2 registration macros, spec §2.3)."""
 
     GRADIENT = "gradient"
@@ -480,11 +480,11 @@ def get_gradient_for_op(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
             f"{len(op.input)} inputs"
         )
-    for g in g_input:
-        if isinstance(g, GradientSlice) and (not g.indices or not g.values):
+    for gi in g_input:
+        if isinstance(gi, GradientSlice) and (not gi.indices or not gi.values):
             raise GradientError(
                 "For sparse gradient, one should set both indices and values. "
-                f"Currently we have: ({g.indices}, {g.values})."
+                f"Currently we have: ({gi.indices}, {gi.values})."
             )
     return ops, g_input
 

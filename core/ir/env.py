@@ -34,6 +34,7 @@ class GenEnv:
         path: sub-net path prefix of the ops being processed, e.g. ``op[3]:If/then_net/``.
         depth: current nesting depth (0 = top-level net).
         counters: per-request counters for unique net names (shared with child envs).
+        op_index: index of the forward op whose gradient is being made (set by the pass).
     """
 
     limits: GenLimits = field(default_factory=GenLimits)
@@ -41,6 +42,7 @@ class GenEnv:
     path: str = ""
     depth: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    op_index: int = -1
 
     def op_path(self, op_index: int, op_type: str) -> str:
         """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""

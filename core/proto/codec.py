@@ -17,7 +17,7 @@ import base64
 import re
 from typing import Any, TypeVar
 
-from google.protobuf import descriptor, json_format, message, text_format
+from google.protobuf import json_format, message, text_format
 
 from api_schemas import caffe2_pb2
 from core.errors import DecodeError
@@ -113,7 +113,7 @@ def _text_to_b64(value: Any, where: str) -> str:
     return base64.b64encode(value.encode("utf-8")).decode("ascii")
 
 
-def _walk(obj: Any, desc: descriptor.Descriptor, fix: Any, where: str = "") -> None:
+def _walk(obj: Any, desc: Any, fix: Any, where: str = "") -> None:
     """Apply ``fix`` to every Argument ``s``/``strings`` value inside ``obj`` (in place)."""
     if not isinstance(obj, dict):
         return

@@ -1,0 +1,1 @@
+"""HTTP layer: content negotiation, wire conversion, dependencies and routes."""

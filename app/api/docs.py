@@ -1,0 +1,116 @@
+"""OpenAPI helpers: request-body documentation for JSON + protobuf and worked examples.
+
+The routes read their bodies themselves (JSON or binary protobuf), so the request schemas and
+the examples that "Try it out" in ``/docs`` sends are declared here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api_schemas.models import SCHEMA_PREFIX
+
+#: control-flow-cases §2 (Caffe2 ``do_op_test.test_operator``): Add inside Do, workspace W.
+DO_OP: dict[str, Any] = {
+    "type": "Do",
+    "input": ["outer_X", "outer_Y", "W"],
+    "output": ["outer_Z", "W"],
+    "arg": [
+        {
+            "name": "net",
+            "n": {"name": "subnet", "op": [{"type": "Add", "input": ["X", "Y"], "output": ["Z"]}]},
+        },
+        {"name": "inner_blobs", "strings": ["X", "Y", "Z"]},
+        {"name": "outer_blobs_idx", "ints": [0, 1, 2]},
+    ],
+}
+
+DO_REQUEST: dict[str, Any] = {"op": DO_OP, "g_output": ["outer_Z_grad", None]}
+
+#: A small classifier: FC -> Relu (in place) -> Softmax.
+MLP_NET: dict[str, Any] = {
+    "name": "mlp",
+    "op": [
+        {"type": "FC", "input": ["data", "fc_w", "fc_b"], "output": ["fc"]},
+        {"type": "Relu", "input": ["fc"], "output": ["fc"]},
+        {"type": "Softmax", "input": ["fc"], "output": ["prob"]},
+    ],
+    "external_input": ["data", "fc_w", "fc_b"],
+    "external_output": ["prob"],
+}
+
+NET_REQUEST: dict[str, Any] = {"net": MLP_NET, "ys": ["prob"], "skip": 0, "return_net": False}
+
+VERIFY_REQUEST: dict[str, Any] = {
+    "net": MLP_NET,
+    "ys": ["prob"],
+    "inputs": [
+        {"blob": "data", "random": {"shape": [2, 4], "dtype": "float64", "seed": 1}},
+        {
+            "blob": "fc_w",
+            "random": {"shape": [3, 4], "dtype": "float64", "distribution": "normal", "seed": 2},
+        },
+        {"blob": "fc_b", "tensor": {"shape": [3], "dtype": "float64", "data": [0.1, -0.2, 0.3]}},
+    ],
+    "mode": "full",
+    "tolerances": {"step": 1e-6, "atol": 1e-6, "rtol": 1e-4},
+}
+
+PROTOBUF_NOTE = (
+    "Binary bodies are netgrad.v1 messages of api_schemas/netgrad.proto "
+    "(Content-Type application/protobuf or application/x-protobuf)."
+)
+
+
+def request_body(
+    model: str, examples: dict[str, dict[str, Any]], pb_message: str
+) -> dict[str, Any]:
+    """``openapi_extra`` for a route that takes ``model`` as JSON or ``pb_message`` as protobuf."""
+    binary = {
+        "schema": {"type": "string", "format": "binary"},
+    }
+    return {
+        "requestBody": {
+            "required": True,
+            "description": f"JSON `{model}`, or binary `netgrad.v1.{pb_message}`. "
+            + PROTOBUF_NOTE,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": SCHEMA_PREFIX + model},
+                    "examples": {
+                        name: {"summary": name, "value": value} for name, value in examples.items()
+                    },
+                },
+                "application/protobuf": binary,
+                "application/x-protobuf": binary,
+            },
+        }
+    }
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/problem+json": {"schema": {"$ref": SCHEMA_PREFIX + "Problem"}}},
+    }
+
+
+def responses(model: str, pb_message: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route answering ``model`` (JSON) or protobuf."""
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": SCHEMA_PREFIX + model}}}
+    if pb_message is not None:
+        binary = {"schema": {"type": "string", "format": "binary"}}
+        content["application/protobuf"] = binary
+        content["application/x-protobuf"] = binary
+    out: dict[int | str, dict[str, Any]] = {
+        200: {"description": "Success", "content": content},
+    }
+    if pb_message is not None:
+        out[400] = _problem("Undecodable body, unknown field, bad UTF-8, inconsistent request")
+        out[406] = _problem("Accept allows neither JSON nor protobuf")
+        out[413] = _problem("Body larger than NETGRAD_MAX_BODY_BYTES")
+        out[415] = _problem("Unsupported Content-Type")
+        out[422] = _problem(
+            "Net cannot be differentiated as asked (every offending op listed), or nested too deep"
+        )
+    return out

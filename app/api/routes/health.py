@@ -1,0 +1,26 @@
+"""``GET /healthz``: liveness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app import __version__
+from app.api import docs
+from app.api.negotiation import json_bytes
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/healthz",
+    summary="Liveness",
+    response_class=Response,
+    responses=docs.responses("Health"),
+)
+def health(request: Request) -> Response:
+    """``{"status": "ok"}`` while the service answers."""
+    pool = getattr(request.app.state, "pool", None)
+    workers = int(getattr(pool, "size", 0) or 0) if pool is not None else 0
+    body = {"status": "ok", "version": __version__, "workers": workers}
+    return Response(json_bytes(body), media_type="application/json")

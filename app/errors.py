@@ -1,0 +1,172 @@
+"""Map engine errors and HTTP-level refusals to RFC 9457 ``application/problem+json``.
+
+Every answer carries an ``errors`` list with *all* the problems of the error (each offending
+op with its index, type and sub-net path), so a client fixes a request in one round trip.
+
+Status codes:
+
+* 400 - :class:`~core.errors.DecodeError`, :class:`~core.errors.InvalidRequestError`, a body
+  that does not match the request model (unknown field, wrong type);
+* 406 / 413 / 415 - not acceptable, body too large, unsupported media type;
+* 413 - :class:`~core.errors.LimitExceededError` about sizes; 422 for the other limits
+  (nesting depth, tensor elements, iterations);
+* 422 - :class:`~core.errors.InvalidNetError`, :class:`~core.errors.GradientError` (and its
+  subclasses) and :class:`~core.errors.ExecutionError`: the request is readable but the net
+  cannot be differentiated or run as asked.
+
+A last-resort handler turns anything unexpected into a 500 problem without internals; client
+mistakes never reach it because decoding and validation raise typed errors first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.errors import (
+    DecodeError,
+    ExecutionError,
+    GradientError,
+    InvalidNetError,
+    InvalidRequestError,
+    LimitExceededError,
+    NetgradError,
+)
+from core.types import Diagnostic
+
+log = logging.getLogger("netgrad")
+
+PROBLEM_JSON = "application/problem+json"
+
+#: LimitExceededError codes that are about the size of the request (413); others are 422.
+SIZE_LIMIT_CODES = frozenset({"body_too_large"})
+
+_TITLES = {
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    406: "Not Acceptable",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+
+
+class ProblemError(Exception):
+    """An HTTP-level refusal that is not an engine error (406, 413, 415, 501, 503...).
+
+    Attributes:
+        status: HTTP status code.
+        code: stable machine-readable code (``urn:netgrad:problem:<code>``).
+        detail: human-readable explanation.
+        problems: the offending items (defaults to one built from ``code``/``detail``).
+    """
+
+    def __init__(
+        self, status: int, code: str, detail: str, problems: Iterable[Diagnostic] = ()
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.problems = list(problems) or [Diagnostic("error", code, detail)]
+
+
+def status_for(exc: NetgradError) -> int:
+    """HTTP status of an engine error (see the module docstring)."""
+    if isinstance(exc, DecodeError | InvalidRequestError):
+        return 400
+    if isinstance(exc, LimitExceededError):
+        codes = {p.code for p in exc.problems} | {exc.code}
+        return 413 if codes & SIZE_LIMIT_CODES else 422
+    if isinstance(exc, InvalidNetError | GradientError | ExecutionError):
+        return 422
+    return 400
+
+
+def problem_item(d: Diagnostic) -> dict[str, Any]:
+    """One ``errors`` entry of a problem document."""
+    return {
+        "code": d.code,
+        "message": d.message,
+        "op_index": d.op_index,
+        "op_type": d.op_type,
+        "path": d.path,
+        "blobs": list(d.blobs),
+    }
+
+
+def problem_response(
+    status: int, code: str, detail: str, problems: Sequence[Diagnostic]
+) -> Response:
+    """An ``application/problem+json`` response (always JSON, whatever ``Accept`` said)."""
+    body = {
+        "type": f"urn:netgrad:problem:{code}",
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "errors": [problem_item(p) for p in problems or [Diagnostic("error", code, detail)]],
+    }
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return Response(data, status_code=status, media_type=PROBLEM_JSON)
+
+
+def validation_problems(errors: Sequence[Any]) -> list[Diagnostic]:
+    out = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        kind = str(e.get("type", "invalid"))
+        msg = str(e.get("msg", "invalid value"))
+        where = ".".join(loc)
+        code = "unknown_field" if kind == "extra_forbidden" else "invalid_field"
+        out.append(Diagnostic("error", code, f"{where}: {msg}" if where else msg, path=where))
+    return out
+
+
+def validation_error(errors: Sequence[Any], status: int = 400) -> Response:
+    """Problem for pydantic validation errors (unknown fields, wrong types, missing fields)."""
+    problems = validation_problems(errors)
+    detail = "; ".join(p.message for p in problems) or "invalid request body"
+    return problem_response(status, "invalid_request", detail, problems)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the exception handlers on ``app``."""
+
+    async def on_netgrad(_: Request, exc: Exception) -> Response:
+        exc = cast(NetgradError, exc)
+        return problem_response(status_for(exc), exc.code, exc.message, exc.problems)
+
+    async def on_problem(_: Request, exc: Exception) -> Response:
+        exc = cast(ProblemError, exc)
+        return problem_response(exc.status, exc.code, exc.detail, exc.problems)
+
+    async def on_validation(_: Request, exc: Exception) -> Response:
+        return validation_error(cast(RequestValidationError, exc).errors(), status=422)
+
+    async def on_http(_: Request, exc: Exception) -> Response:
+        exc = cast(StarletteHTTPException, exc)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem_response(exc.status_code, code, str(exc.detail), [])
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(
+            500, "internal_error", "internal error; the request was not served", []
+        )
+
+    app.add_exception_handler(NetgradError, on_netgrad)
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

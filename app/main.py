@@ -1,0 +1,116 @@
+"""Application factory: routers, error handlers, OpenAPI document and the worker-pool lifespan.
+
+Run with ``netgrad serve`` or ``uvicorn --factory app.main:create_app``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from api_schemas import models
+from app import __version__
+from app.api.routes import gradients, health, operators, verify
+from app.errors import install_handlers
+from app.settings import Settings, get_settings
+from core.proto.limits import DECODER_MAX_DEPTH
+
+log = logging.getLogger("netgrad")
+
+DESCRIPTION = f"""
+Caffe2 gradient nets generated remotely: `GetGradientForOp` and `AddGradientOperators` as a
+service, control flow (`Do`, `If`, `While`) included, plus numeric verification of the result.
+
+**Bodies.** JSON (`application/json`) or binary protobuf (`application/protobuf`,
+`application/x-protobuf`), chosen by `Content-Type`; answers follow `Accept` (JSON by default).
+Binary bodies are the `netgrad.v1` messages of `api_schemas/netgrad.proto`.
+
+**Caffe2 messages in JSON** use protobuf's JSON mapping with proto field names
+(lowerCamelCase accepted on input), with one deviation: **`Argument.s` and
+`Argument.strings` are UTF-8 text, not base64**, because they hold blob names (`"X"`,
+`"NCHW"`); the canonical base64 mapping would turn a name like `data` into junk bytes.
+Arguments holding non-UTF-8 bytes can only travel as binary protobuf. int64 fields
+(`Argument.i`, `ints`) come back as JSON strings, as protobuf's JSON mapping prescribes.
+
+**Gradient entries** are `null` (no gradient), a blob name (dense) or
+`{{"indices": ..., "values": ...}}` (a sparse `GradientSlice`).
+
+**Errors** are RFC 9457 `application/problem+json` documents whose `errors` list names every
+offending op (op index, op type, sub-net path such as `op[3]:If/then_net/op[0]:Do/net`).
+
+**Limits.** Body size (`NETGRAD_MAX_BODY_BYTES`, 413) and sub-net nesting (`NETGRAD_MAX_DEPTH`,
+capped at {DECODER_MAX_DEPTH} by the protobuf decoders, 422).
+"""
+
+
+def _start_pool(settings: Settings) -> Any:
+    """Start the execution worker pool, or return ``None`` when disabled or unavailable."""
+    if settings.workers <= 0:
+        return None
+    try:
+        from core.executor import limits, pool
+    except ImportError:
+        log.warning("execution worker pool unavailable; /v1/verify will answer 501")
+        return None
+    run_limits = limits.RunLimits(
+        wall_clock_s=settings.job_timeout_s,
+        memory_bytes=settings.job_memory_bytes,
+        max_elements=settings.job_max_elements,
+        max_loop_iterations=settings.job_max_iterations,
+    )
+    return pool.WorkerPool(settings.workers, run_limits)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in models.API_MODELS:
+        comps.update(models.openapi_schema(model))
+    comps.update(models.caffe2_json_schemas())
+    app.openapi_schema = dict(schema)
+    return app.openapi_schema
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the FastAPI application.
+
+    Args:
+        settings: explicit settings (tests); default :func:`app.settings.get_settings`.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = _start_pool(app.dependency_overrides.get(get_settings, get_settings)())
+        app.state.pool = pool
+        try:
+            yield
+        finally:
+            app.state.pool = None
+            if pool is not None:
+                pool.close()
+
+    app = FastAPI(
+        title="netgrad",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    if settings is not None:
+        app.dependency_overrides[get_settings] = lambda: settings
+    app.state.pool = None
+    install_handlers(app)
+    app.include_router(gradients.router)
+    app.include_router(verify.router)
+    app.include_router(operators.router)
+    app.include_router(health.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,47 @@
+"""Service settings (pydantic-settings): environment variables prefixed ``NETGRAD_``.
+
+Example: ``NETGRAD_MAX_BODY_BYTES=1048576 NETGRAD_WORKERS=4 netgrad serve``.
+Tests override :func:`get_settings` through ``app.dependency_overrides`` or build the app with
+``create_app(Settings(...))``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All tunables of the service.
+
+    Attributes:
+        host, port: where ``netgrad serve`` listens.
+        max_body_bytes: largest accepted request body (413 above).
+        max_depth: deepest sub-net nesting (Do/If/While inside each other) accepted; capped at
+            :data:`core.proto.limits.DECODER_MAX_DEPTH` by the protobuf decoders.
+        workers: execution worker processes (numeric verification); 0 disables them.
+        job_timeout_s: wall-clock limit of one execution job.
+        job_memory_bytes: address-space limit of a worker process.
+        job_max_elements: largest tensor (elements) a job may create.
+        job_max_iterations: most loop iterations (While) a job may run.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
+    max_depth: int = Field(default=64, ge=0)
+    workers: int = Field(default=2, ge=0)
+    job_timeout_s: float = Field(default=30.0, gt=0)
+    job_memory_bytes: int = Field(default=4 * 1024**3, ge=64 * 1024**2)
+    job_max_elements: int = Field(default=100_000_000, ge=1)
+    job_max_iterations: int = Field(default=100_000, ge=1)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,728 @@
+"""Gradient makers of the control ops ``Do``, ``If`` and ``While``, and output renaming.
+
+Source: Caffe2 ``control_ops_grad.py`` (``gen_do_gradient``, ``gen_if_gradient``,
+``gen_while_gradient``, ``dedupe_g_output``, ``disambiguate_grad_if_op_output``), spec
+§3.2-§3.6. Corrected upstream defects (spec §3.8):
+
+* #1 disagreeing branch gradients raise a real :class:`~core.errors.GradientError`;
+* #2 the condition blob is removed from the If gradient's inputs by name;
+* #3 every list is in first-appearance order, never set order;
+* #4 a Do whose inner net yields no gradient op keeps its dedupe copies and returns one
+  ``None`` per input;
+* #5 ``g_input`` has one entry per forward input, the workspace blob included (``None``);
+* #6 ``reuse_workspace=0`` is accepted;
+* #7 a blob that a Do reads and writes (loop-carried, in place) binds its outer gradient
+  once: the final copy writes into the inner name already bound to it;
+* #8 names read by zero-fill ops are declared on the gradient If;
+* #9 a sparse gradient reaching a control op is a 4xx naming the op and the blob.
+
+Renaming (spec §3.6, issue 3): when accumulation renames an output of a gradient Do, If or
+While, :func:`rename_control_output` makes the sub-nets and bindings really write the new
+name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from api_schemas import caffe2_pb2
+from core.errors import GradientError, InvalidNetError, NetgradError
+from core.ir.env import GenEnv
+from core.registry import (
+    GradientMaker,
+    find_arg,
+    make_arg,
+    make_op,
+    register_gradient,
+    schema,
+)
+from core.types import GradientSlice, GradValue
+
+OperatorDef = caffe2_pb2.OperatorDef
+NetDef = caffe2_pb2.NetDef
+
+INNER_GRAD = "/_DO_OPERATOR_INNER_GRAD_"
+INNER_GRAD_COPY = "/_DO_OPERATOR_INNER_GRAD_COPY_"
+
+SUPPORTED_LOOP_SHAPE = (
+    "netgrad differentiates a While whose loop_net holds exactly one Do op without "
+    "reuse_workspace (the shape Caffe2's add_while_op / brew.loop / NetBuilder.WhileNet "
+    "produce, with copy_external_blobs=1)"
+)
+
+
+# ---------------------------------------------------------------------------------------
+# shared helpers (spec §3.2)
+# ---------------------------------------------------------------------------------------
+
+
+def _err(env: GenEnv, op: OperatorDef, message: str, code: str, blobs: Sequence[str] = ()) -> (
+    NetgradError
+):
+    return InvalidNetError.at(
+        message,
+        op_index=env.op_index,
+        op_type=op.type,
+        path=env.op_path(env.op_index, op.type),
+        blobs=blobs,
+        code=code,
+    )
+
+
+def net_argument(op: OperatorDef, name: str) -> NetDef | None:
+    """The NetDef held in argument ``name`` of ``op`` (Caffe2 ``_get_net_argument``)."""
+    a = find_arg(op, name)
+    if a is None or not a.HasField("n"):
+        return None
+    return a.n
+
+
+def _bool_arg(op: OperatorDef, name: str) -> bool:
+    a = find_arg(op, name)
+    return bool(a.i) if a is not None and a.HasField("i") else False
+
+
+@dataclass
+class DoBindings:
+    """Parsed and checked blob bindings of a ``Do`` op.
+
+    Attributes:
+        subnet: the inner NetDef (arg ``net``).
+        outer_to_inner: outer blob name -> inner name, in binding order.
+        inner_to_outer: inner name -> outer blob name, in binding order.
+        workspace_blob: the last input (= last output), holding the workspace stack.
+    """
+
+    subnet: NetDef
+    outer_to_inner: dict[str, str]
+    inner_to_outer: dict[str, str]
+    workspace_blob: str
+
+
+def check_do(op: OperatorDef, env: GenEnv) -> DoBindings:
+    """Validate a ``Do`` op's bindings (Caffe2 ``_do_op_sanity_check_and_process``, spec §3.2).
+
+    Raises:
+        InvalidNetError: listing every binding problem of the op at once.
+    """
+    problems: list[str] = []
+    if op.type != "Do":
+        problems.append("Expected Do op")
+    subnet = net_argument(op, "net")
+    if subnet is None:
+        problems.append("No net argument found in Do op")
+    inner_args = [a for a in op.arg if a.name == "inner_blobs"]
+    idx_args = [a for a in op.arg if a.name == "outer_blobs_idx"]
+    inner: list[str] = []
+    idx: list[int] = []
+    for args, label in ((inner_args, "inner_blobs"), (idx_args, "outer_blobs_idx")):
+        if len(args) > 1:
+            problems.append(f"{label} redefinition")
+        if not args:
+            problems.append(f"No {label} argument found in Do op")
+    if inner_args:
+        try:
+            inner = [s.decode("utf-8") for s in inner_args[0].strings]
+        except UnicodeDecodeError:
+            problems.append("inner_blobs holds names that are not UTF-8")
+        if not inner:
+            problems.append("Empty inner_blobs argument in Do op")
+    if idx_args:
+        idx = list(idx_args[0].ints)
+        if not idx:
+            problems.append("Empty outer_blobs_idx argument in Do op")
+    if inner and idx and len(inner) != len(idx):
+        problems.append(
+            f"Invalid blob bindings: different inner/outer blobs lengths "
+            f"(inner_blobs has {len(inner)}, outer_blobs_idx has {len(idx)})"
+        )
+    dup_inner = [n for i, n in enumerate(inner) if n in inner[:i]]
+    if dup_inner:
+        problems.append(f"Invalid blob bindings: redefinition of inner blob {dup_inner[0]}")
+    if not len(op.input) or not len(op.output):
+        problems.append("Expected at least one input blob and one output blob (the workspace)")
+    ws = op.input[-1] if len(op.input) else ""
+    if len(op.input) and len(op.output) and op.input[-1] != op.output[-1]:
+        problems.append(
+            f"Expected same input/output workspace blob (last input '{op.input[-1]}', "
+            f"last output '{op.output[-1]}')"
+        )
+    ins = list(op.input[:-1])
+    outs = list(op.output[:-1])
+    if len(set(ins)) != len(ins):
+        problems.append("Duplicate input blobs")
+    if len(set(outs)) != len(outs):
+        problems.append("Duplicate output blobs")
+    outer_list = ins + outs
+    outer_to_inner: dict[str, str] = {}
+    inner_to_outer: dict[str, str] = {}
+    for name, k in zip(inner, idx, strict=False):
+        if k < 0 or k >= len(outer_list):
+            problems.append(
+                f"Invalid blob bindings: outer blob index ({k}, inner name: {name}) is out of "
+                f"bounds [0, {len(outer_list) - 1}]"
+            )
+            continue
+        outer = outer_list[k]
+        if outer in outer_to_inner:
+            problems.append(f"Reusage of outer blob name {outer} in Do op")
+            continue
+        outer_to_inner[outer] = name
+        inner_to_outer[name] = outer
+    if inner and idx and len(inner) == len(idx):
+        unbound = [n for n in dict.fromkeys(outer_list) if n not in outer_to_inner]
+        if unbound and not any("out of bounds" in p or "Reusage" in p for p in problems):
+            problems.append(
+                "Not all outer blob names are used in blob bindings in Do op "
+                f"(unbound: {', '.join(unbound)})"
+            )
+    if problems:
+        raise InvalidNetError(
+            problems[0],
+            [
+                _err(env, op, p, "invalid_do_bindings").problems[0]
+                for p in problems
+            ],
+        )
+    if subnet is None:  # unreachable: reported above; keeps the type checker precise
+        raise _err(env, op, "No net argument found in Do op", "invalid_do_bindings")
+    return DoBindings(subnet, outer_to_inner, inner_to_outer, ws)
+
+
+def dedupe_g_output(
+    op: OperatorDef, g_output: Sequence[GradValue]
+) -> tuple[list[OperatorDef], list[GradValue]]:
+    """Give each output its own gradient blob (Caffe2 ``dedupe_g_output``, spec §3.2).
+
+    A later output reusing a gradient name already claimed by an earlier, different output
+    gets ``<output>_<grad>_DEDUP`` filled by a raw ``Copy``. Bindings must be one-to-one.
+    """
+    copies: list[OperatorDef] = []
+    claimed: dict[str, str] = {}
+    out: list[GradValue] = []
+    for name, g in zip(op.output, g_output, strict=False):
+        if isinstance(g, str) and g in claimed and claimed[g] != name:
+            new = f"{name}_{g}_DEDUP"
+            copies.append(make_op("Copy", [g], [new], name=None))
+            out.append(new)
+            continue
+        if isinstance(g, str):
+            claimed.setdefault(g, name)
+        out.append(g)
+    return copies, out
+
+
+def _reject_sparse(env: GenEnv, op: OperatorDef, blob: str, g: GradValue, where: str) -> None:
+    if isinstance(g, GradientSlice):
+        raise GradientError.at(
+            f"A sparse gradient (GradientSlice indices={g.indices}, values={g.values}) of blob "
+            f"'{blob}' would cross {op.type} op ({where}); sparse gradients through control "
+            "ops are not supported. Densify it first (EnsureDense / SparseToDense, or Gather "
+            "with dense_gradient=1).",
+            op_index=env.op_index,
+            op_type=op.type,
+            path=env.op_path(env.op_index, op.type),
+            blobs=(blob,),
+            code="sparse_through_control_op",
+        )
+
+
+@dataclass
+class SubnetGradient:
+    """Result of differentiating one sub-net (Caffe2 ``_gen_subnet_gradient``).
+
+    Attributes:
+        net: the gradient NetDef (forward net copy, name + ``_grad``, ops replaced).
+        grad_map: forward blob -> gradient name (dense only).
+        inputs: names read by a gradient op before any gradient op wrote them.
+        outputs: names written by gradient ops (first-appearance order).
+    """
+
+    net: NetDef
+    grad_map: dict[str, str]
+    inputs: list[str]
+    outputs: list[str]
+
+
+def _io_names(ops: Sequence[OperatorDef]) -> tuple[list[str], list[str]]:
+    written: dict[str, None] = {}
+    read: dict[str, None] = {}
+    for gop in ops:
+        for name in gop.input:
+            if name not in written:
+                read.setdefault(name, None)
+        for name in gop.output:
+            written.setdefault(name, None)
+    return list(read), list(written)
+
+
+def subnet_gradient(
+    op: OperatorDef,
+    subnet: NetDef,
+    seeds: Mapping[str, GradValue],
+    env: GenEnv,
+    arg_name: str,
+) -> SubnetGradient:
+    """Backward pass over a sub-net with the given seeds (spec §3.2 ``_gen_subnet_gradient``).
+
+    Raises:
+        LimitExceededError: nesting deeper than the limit.
+        GradientError: a sparse gradient would leave the sub-net.
+        NetgradError subclasses from the inner pass, with nested sub-net paths.
+    """
+    from core.ir.backward import backward
+
+    child = env.child(env.op_index, op.type, arg_name)
+    grad_ops, gmap = backward(subnet.op, seeds, child)
+    dense: dict[str, str] = {}
+    for blob, g in gmap.items():
+        _reject_sparse(env, op, blob, g, f"{arg_name} gradient")
+        if isinstance(g, str):
+            dense[blob] = g
+    net = NetDef()
+    net.CopyFrom(subnet)
+    if net.name:
+        net.name += "_grad"
+    del net.op[:]
+    del net.external_input[:]
+    del net.external_output[:]
+    net.op.extend(grad_ops)
+    ins, outs = _io_names(grad_ops)
+    return SubnetGradient(net, dense, ins, outs)
+
+
+# ---------------------------------------------------------------------------------------
+# Do (spec §3.3)
+# ---------------------------------------------------------------------------------------
+
+
+@register_gradient("Do", op_schema=schema((1, -1), (1, -1)), raw=True,
+                   doc="sub-net in its own workspace; gradient Do pops the saved workspace")
+def do_gradient(m: GradientMaker) -> list[OperatorDef]:
+    """Gradient of ``Do`` (Caffe2 ``gen_do_gradient``, spec §3.3, fixes §3.8 #4 #5 #6 #7 #9).
+
+    The gradient op is a ``Do`` on the same workspace blob: its sub-net is the inner
+    backward pass plus copies out of ``<x>/_DO_OPERATOR_INNER_GRAD_COPY_``; args ``net``,
+    ``inner_blobs``, ``outer_blobs_idx``, ``saved_fwd_blobs``; ``is_gradient_op`` set.
+
+    Raises:
+        InvalidNetError: bad bindings (every problem listed).
+        GradientError: sparse gradients at the boundary, empty seed map.
+    """
+    op, env = m.op, m.env
+    b = check_do(op, env)
+    copies, g_output = dedupe_g_output(op, m.g_output)
+    m.g_input = [None] * len(op.input)
+    seeds: dict[str, GradValue] = {}
+    seed_outer: dict[str, str] = {}  # inner seed name -> outer gradient name
+    for out, g in zip(op.output[:-1], g_output, strict=False):
+        if g is None:
+            continue
+        _reject_sparse(env, op, out, g, "output gradient")
+        inner = b.outer_to_inner[out]
+        seeds[inner] = inner + INNER_GRAD
+        seed_outer[inner + INNER_GRAD] = str(g)
+    if not seeds:
+        raise _err(env, op, "Empty initial gradient map for Do op", "empty_gradient_map")
+    sub = subnet_gradient(op, b.subnet, seeds, env, "net")
+    if not len(sub.net.op):
+        return copies
+    # Inputs of the gradient Do (spec §3.3 step 6): outer blobs and seeds the inner
+    # gradient ops read before writing them; other names come from the saved workspace.
+    in_bindings: dict[str, str] = {}
+    saved: dict[str, None] = {}
+    inputs: list[str] = []
+    for name in sub.inputs:
+        if name in b.inner_to_outer:
+            outer = b.inner_to_outer[name]
+        elif name in seed_outer:
+            outer = seed_outer[name]
+        else:
+            saved.setdefault(name, None)
+            continue
+        in_bindings[name] = outer
+        if outer not in inputs:
+            inputs.append(outer)
+    bound_in = {outer: inner for inner, outer in in_bindings.items()}
+    # Outputs (step 5): one outer gradient per forward input that got an inner gradient.
+    out_bindings: dict[str, str] = {}
+    outputs: list[str] = []
+    copy_ops: list[OperatorDef] = []
+    for k, x in enumerate(op.input[:-1]):
+        x_in = b.outer_to_inner[x]
+        gx = sub.grad_map.get(x_in)
+        if gx is None:
+            continue
+        outer_grad = x + "_grad"
+        target = bound_in.get(outer_grad)  # §3.8 #7: already bound as an input
+        if target is None:
+            target = x_in + INNER_GRAD_COPY
+            out_bindings[target] = outer_grad
+        if gx != target:
+            copy_ops.append(make_op("Copy", [gx], [target], name=None))
+        if outer_grad not in outputs:
+            outputs.append(outer_grad)
+        m.g_input[k] = outer_grad
+    sub.net.op.extend(copy_ops)
+    grad = _gradient_control_op(op)
+    grad.input.extend([*inputs, b.workspace_blob])
+    grad.output.extend([*outputs, b.workspace_blob])
+    bindings = {**out_bindings, **in_bindings}
+    outer_list = inputs + outputs
+    grad.arg.extend(
+        [
+            make_arg("net", sub.net),
+            make_arg("inner_blobs", list(bindings)),
+            make_arg("outer_blobs_idx", [outer_list.index(v) for v in bindings.values()]),
+            make_arg("saved_fwd_blobs", list(saved)),
+        ]
+    )
+    check_do(grad, env)
+    env.warn(
+        "saved_fwd_blobs",
+        f"gradient Do reads {len(saved)} forward-local blob(s) from the saved forward "
+        f"workspace: {', '.join(saved) if saved else '(none)'}",
+        op_index=env.op_index,
+        op_type=op.type,
+        blobs=list(saved),
+        severity="info",
+    )
+    return [*copies, grad]
+
+
+def _gradient_control_op(op: OperatorDef) -> OperatorDef:
+    """Copy of a forward control op with I/O, args and control_input cleared (name + _grad)."""
+    grad = OperatorDef()
+    grad.CopyFrom(op)
+    if grad.name:
+        grad.name += "_grad"
+    del grad.input[:]
+    del grad.output[:]
+    del grad.arg[:]
+    del grad.control_input[:]
+    grad.is_gradient_op = True
+    return grad
+
+
+# ---------------------------------------------------------------------------------------
+# If (spec §3.4)
+# ---------------------------------------------------------------------------------------
+
+
+@register_gradient("If", op_schema=schema((1, -1), (0, -1)), raw=True,
+                   doc="then_net/else_net chosen by a bool condition blob")
+def if_gradient(m: GradientMaker) -> list[OperatorDef]:
+    """Gradient of ``If`` (Caffe2 ``gen_if_gradient``, spec §3.4, fixes §3.8 #1 #2 #3 #8 #9).
+
+    Raises:
+        InvalidNetError: no ``then_net``.
+        GradientError: branches disagree on a gradient name in a way that cannot be merged;
+            sparse gradients at the boundary.
+    """
+    op, env = m.op, m.env
+    if not len(op.input):
+        raise _err(env, op, "If op needs a condition input", "invalid_if")
+    copies, g_output = dedupe_g_output(op, m.g_output)
+    seeds: dict[str, GradValue] = {}
+    for out, g in zip(op.output, g_output, strict=False):
+        if g is not None:
+            _reject_sparse(env, op, out, g, "output gradient")
+            seeds[out] = g
+    if not seeds:
+        raise _err(env, op, "Empty initial gradient map for If op", "empty_gradient_map")
+    then_net = net_argument(op, "then_net")
+    if then_net is None:
+        raise _err(env, op, "Expected then subnet in If op (argument then_net)", "invalid_if")
+    else_net = net_argument(op, "else_net")
+    then_g = subnet_gradient(op, then_net, seeds, env, "then_net")
+    grad_map = dict(then_g.grad_map)
+    else_g = None
+    if else_net is not None:
+        else_g = subnet_gradient(op, else_net, seeds, env, "else_net")
+        for blob, eg in else_g.grad_map.items():
+            tg = grad_map.get(blob)
+            if tg is None or tg == eg:
+                grad_map[blob] = eg
+                continue
+            incoming = seeds.get(blob)
+            if tg == incoming:
+                grad_map[blob] = eg
+            elif eg == incoming:
+                continue
+            else:
+                raise GradientError.at(
+                    f"Unexpected grad blob name {blob}, {eg}, {tg}: the then and else branches "
+                    "name the gradient of this blob differently and neither is the incoming "
+                    "gradient, so the gradient If cannot define one name for it",
+                    op_index=env.op_index,
+                    op_type=op.type,
+                    path=env.op_path(env.op_index, op.type),
+                    blobs=(blob, tg, eg),
+                    code="if_branch_gradient_conflict",
+                )
+    then_ops, else_ops = list(then_g.net.op), list(else_g.net.op) if else_g else []
+    else_out = else_g.outputs if else_g else []
+    to_else = _zero_fill_ops(then_g, else_out, seeds)
+    to_then = _zero_fill_ops(else_g, then_g.outputs, seeds) if else_g else []
+    then_ops += to_then
+    else_ops += to_else
+    then_g.net.op.extend(to_then)
+    else_grad_net: NetDef | None = None
+    if else_g is not None:
+        else_g.net.op.extend(to_else)
+        else_grad_net = else_g.net
+    elif to_else:
+        else_grad_net = NetDef()
+        else_grad_net.CopyFrom(then_g.net)
+        if else_grad_net.name:
+            else_grad_net.name += "_auto_else_zero_blobs_"
+        del else_grad_net.op[:]
+        else_grad_net.op.extend(to_else)
+    t_in, t_out = _io_names(then_ops)
+    e_in, e_out = _io_names(else_ops)
+    cond = op.input[0]
+    inputs = [cond, *(n for n in dict.fromkeys(t_in + e_in) if n != cond)]
+    outputs = list(dict.fromkeys(t_out + e_out))
+    grad = _gradient_control_op(op)
+    grad.input.extend(inputs)
+    grad.output.extend(outputs)
+    grad.arg.append(make_arg("then_net", then_g.net))
+    if else_grad_net is not None:
+        grad.arg.append(make_arg("else_net", else_grad_net))
+    m.g_input = [grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    return [*copies, grad]
+
+
+def _zero_fill_ops(
+    branch: SubnetGradient | None, other_outputs: Sequence[str], seeds: Mapping[str, GradValue]
+) -> list[OperatorDef]:
+    """Ops defining, in the other branch, gradients only ``branch`` produces (spec §3.4 step 4).
+
+    A gradient whose blob has an incoming gradient becomes a ``Copy`` of it; otherwise a
+    ``ConstantFill`` of zeros shaped like the forward blob.
+    """
+    if branch is None:
+        return []
+    by_grad: dict[str, str] = {}
+    for blob, g in branch.grad_map.items():
+        by_grad.setdefault(g, blob)
+    ops: list[OperatorDef] = []
+    other = set(other_outputs)
+    for g in branch.outputs:
+        if g in other or g not in by_grad:
+            continue
+        blob = by_grad[g]
+        incoming = seeds.get(blob)
+        if isinstance(incoming, str):
+            if incoming != g:
+                ops.append(make_op("Copy", [incoming], [g], name=None))
+            continue
+        ops.append(make_op("ConstantFill", [blob], [g], [make_arg("value", 0.0)], name=None))
+    return ops
+
+
+# ---------------------------------------------------------------------------------------
+# While (spec §3.5)
+# ---------------------------------------------------------------------------------------
+
+
+@register_gradient("While", op_schema=schema((1, -1), (0, -1)), raw=True,
+                   doc="loop_net repeated while the condition blob holds; optional cond_net")
+def while_gradient(m: GradientMaker) -> list[OperatorDef]:
+    """Gradient of ``While`` (Caffe2 ``gen_while_gradient``, spec §3.5, fixes §3.8 #3 #7 #9).
+
+    Emits ``HasScope`` + loop-gradient ``Copy`` init ops and a gradient ``While`` whose
+    ``cond_net`` is ``HasScope`` over the body's workspace stack (one saved workspace per
+    forward iteration, popped last first) and whose ``loop_net`` is the body Do's gradient.
+
+    Raises:
+        InvalidNetError: the loop body is not a single Do without ``reuse_workspace``.
+        GradientError: sparse gradients at the boundary; empty seed map.
+    """
+    op, env = m.op, m.env
+    if not len(op.input):
+        raise _err(env, op, "While op needs a condition input", "invalid_while")
+    copies, g_output = dedupe_g_output(op, m.g_output)
+    seeds: dict[str, GradValue] = {}
+    for out, g in zip(op.output, g_output, strict=False):
+        if g is not None:
+            _reject_sparse(env, op, out, g, "output gradient")
+            seeds[out] = g
+    if not seeds:
+        raise _err(env, op, "Empty initial gradient map for While op", "empty_gradient_map")
+    loop_net = net_argument(op, "loop_net")
+    if loop_net is None:
+        raise _err(env, op, "While op has no loop_net argument. " + SUPPORTED_LOOP_SHAPE,
+                   "unsupported_loop")
+    if len(loop_net.op) != 1 or loop_net.op[0].type != "Do":
+        kinds = ", ".join(o.type for o in loop_net.op) or "no ops"
+        raise _err(
+            env,
+            op,
+            f"Gradient While op requires single Do op as a loop body (found: {kinds}). "
+            + SUPPORTED_LOOP_SHAPE,
+            "unsupported_loop",
+        )
+    body = loop_net.op[0]
+    if _bool_arg(body, "reuse_workspace"):
+        raise _err(
+            env,
+            op,
+            "The loop body Do has reuse_workspace set, so the forward pass keeps no workspace "
+            "per iteration and the gradient cannot be computed. " + SUPPORTED_LOOP_SHAPE,
+            "unsupported_loop",
+        )
+    if not len(body.output):
+        raise _err(env, op, "The loop body Do has no outputs (workspace blob missing)",
+                   "unsupported_loop")
+    workspace = body.output[-1]
+    sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    cond_name = env.unique_net_name("gradient_loop_cond_net")
+    cond_blob = cond_name + "/cond"
+    cond_net = NetDef()
+    cond_net.name = cond_name
+    cond_net.op.append(make_op("HasScope", [workspace], [cond_blob]))
+    init_ops = [make_op("HasScope", [workspace], [cond_blob])]
+    for blob, g in seeds.items():
+        lg = sub.grad_map.get(blob)
+        if lg is not None and lg != g:
+            cond_net.op.append(make_op("Copy", [lg], [str(g)]))
+            init_ops.append(make_op("Copy", [str(g)], [lg]))
+    grad = _gradient_control_op(op)
+    grad.input.extend([cond_blob, *sub.inputs])
+    grad.output.extend(sub.outputs)
+    grad.arg.extend([make_arg("loop_net", sub.net), make_arg("cond_net", cond_net)])
+    m.g_input = [sub.grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    env.warn(
+        "while_keeps_workspaces",
+        "the gradient While pops one saved forward workspace per iteration: the forward "
+        "pass keeps every iteration's workspace alive until the backward pass has run",
+        op_index=env.op_index,
+        op_type=op.type,
+        blobs=[workspace],
+    )
+    return [*copies, *init_ops, grad]
+
+
+# ---------------------------------------------------------------------------------------
+# renaming outputs of gradient control ops (spec §3.6)
+# ---------------------------------------------------------------------------------------
+
+
+def rename_control_output(
+    op: OperatorDef, idx: int, new_name: str, siblings: list[OperatorDef] | None = None
+) -> None:
+    """Rename output ``idx`` of a gradient Do/If/While so that its sub-nets write ``new_name``.
+
+    If (Caffe2 ``disambiguate_grad_if_op_output``): every branch op writing the old name is
+    renamed (gradient Do ops recursively). Do: outputs are bound by position, so renaming
+    the output is enough, except when the old name is also an input (§3.8 #7 binding), in
+    which case the final copy is re-targeted to a fresh inner name bound to the output.
+    While: the body Do is renamed and the loop-gradient copies (``cond_net`` and the init
+    copies emitted just before the While in ``siblings``) follow the new name.
+    """
+    old = op.output[idx]
+    if old == new_name:
+        return
+    if op.type == "If":
+        for arg in op.arg:
+            if arg.name in ("then_net", "else_net") and arg.HasField("n"):
+                _rename_in_net(arg.n, old, new_name)
+        op.output[idx] = new_name
+    elif op.type == "Do":
+        _rename_do_output(op, idx, new_name)
+    elif op.type == "While":
+        _rename_while_output(op, idx, new_name, siblings)
+    else:
+        op.output[idx] = new_name
+
+
+def _rename_in_net(net: NetDef, old: str, new: str) -> None:
+    for inner in net.op:
+        for j, out in enumerate(inner.output):
+            if out == old:
+                if inner.type in ("Do", "If", "While"):
+                    rename_control_output(inner, j, new)
+                else:
+                    inner.output[j] = new
+
+
+def _rename_do_output(op: OperatorDef, idx: int, new: str) -> None:
+    old = op.output[idx]
+    ins = list(op.input[:-1])
+    if old not in ins:
+        op.output[idx] = new
+        return
+    # The old outer name is bound once, at its input position (§3.8 #7). Give the output
+    # its own inner name: the copy that wrote the shared inner name now writes a new one.
+    inner_arg = find_arg(op, "inner_blobs")
+    idx_arg = find_arg(op, "outer_blobs_idx")
+    net = net_argument(op, "net")
+    if inner_arg is None or idx_arg is None or net is None:
+        op.output[idx] = new
+        return
+    pos_in = ins.index(old)
+    shared = None
+    for name, k in zip(inner_arg.strings, idx_arg.ints, strict=False):
+        if k == pos_in:
+            shared = name.decode("utf-8")
+            break
+    op.output[idx] = new
+    if shared is None:
+        return
+    fresh = shared + "_RENAMED" + INNER_GRAD_COPY
+    for inner in reversed(net.op):
+        if shared in inner.output:
+            j = list(inner.output).index(shared)
+            if inner.type in ("Do", "If", "While"):
+                rename_control_output(inner, j, fresh)
+            else:
+                inner.output[j] = fresh
+            break
+    else:  # the seed itself is the gradient: copy it out explicitly
+        net.op.append(make_op("Copy", [shared], [fresh], name=None))
+    inner_arg.strings.append(fresh.encode("utf-8"))
+    idx_arg.ints.append(len(ins) + idx)
+
+
+def _rename_while_output(
+    op: OperatorDef, idx: int, new: str, siblings: list[OperatorDef] | None
+) -> None:
+    old = op.output[idx]
+    loop = net_argument(op, "loop_net")
+    cond = net_argument(op, "cond_net")
+    if loop is not None:
+        _rename_in_net(loop, old, new)
+    op.output[idx] = new
+    if cond is None:
+        return
+    # The body now writes `new`; the copy feeding it back as the next iteration's output
+    # gradient must read `new`, and the init copy before the loop must fill `new`.
+    fed_back = False
+    for c in cond.op:
+        if c.type == "Copy" and len(c.input) and c.input[0] == old:
+            c.input[0] = new
+            fed_back = True
+    pos = _position(siblings, op)
+    if siblings is not None and pos is not None:
+        for s in siblings[:pos]:
+            if s.type == "Copy" and len(s.output) and s.output[0] == old:
+                s.output[0] = new
+    if not fed_back and old in op.input:
+        # The loop read its own output gradient under the old name: route it through `new`.
+        cond.op.append(make_op("Copy", [new], [old]))
+        if siblings is not None and pos is not None:
+            siblings.insert(pos, make_op("Copy", [old], [new]))
+        if new not in op.input:
+            op.input.append(new)
+
+
+def _position(ops: list[OperatorDef] | None, op: OperatorDef) -> int | None:
+    """Index of ``op`` in ``ops`` by identity (protobuf ``==`` compares content)."""
+    if ops is None:
+        return None
+    for i, s in enumerate(ops):
+        if s is op:
+            return i
+    return None

@@ -1,0 +1,325 @@
+"""Run a NetDef on NumPy: the registry's kernels plus the executor-native control ops.
+
+Source: Caffe2 ``SimpleNet`` (ops run one after another on one workspace) and the control
+ops of spec §4. The entry point for callers is the pure function :func:`execute`
+``(net, feeds, limits) -> blobs``: it builds a fresh :class:`Workspace`, so it is safe to run
+in worker processes and never touches global workspace state (house style, "What to avoid").
+
+Every failure is a :class:`~core.errors.NetgradError` located at the op: op index (within
+its sub-net), op type and sub-net path such as ``op[3]:If/then_net/op[0]:Do/net/op[1]:Add``.
+Op types that would execute user code (Caffe2's ``Python`` ops) are refused before anything
+runs; so are op types without a kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from api_schemas import caffe2_pb2
+from core.control import runtime
+from core.errors import ExecutionError, InvalidRequestError, LimitExceededError, NetgradError
+from core.executor.limits import RunLimits, check_elements, default_limits, element_cap
+from core.executor.workspace import Workspace, WorkspaceStack
+from core.registry import find_arg, get_entry, get_kernel, kernel_inputs_repr
+
+NetDef = caffe2_pb2.NetDef
+OperatorDef = caffe2_pb2.OperatorDef
+
+#: Op types that run arbitrary Python code in Caffe2: never executed.
+REFUSED_OP_TYPES: tuple[str, ...] = (
+    "Python",
+    "PythonGradient",
+    "PythonDLPack",
+    "PythonDLPackGradient",
+)
+
+#: NumPy dtype kinds a blob may have: bool, signed/unsigned int, float.
+_BLOB_KINDS = "biuf"
+
+#: ``observer(op, inputs, path)``: called before each kernel op runs, with its input arrays.
+#: Kernels never mutate inputs, so these are the values *before* an in-place op overwrites
+#: them (bug-cases row 11); the checker uses this to find non-differentiable points.
+Observer = Callable[[OperatorDef, list[np.ndarray], str], None]
+
+
+def _ensure_loaded() -> None:
+    """Import every op module once (tolerates a missing control-flow gradient module)."""
+    from core import ops
+
+    try:
+        ops.load_all()
+    except ModuleNotFoundError as exc:
+        if exc.name != "core.control.gradients":
+            raise
+
+
+def locate(err: NetgradError, op_index: int, op_type: str, path: str) -> NetgradError:
+    """A copy of ``err`` (same type) whose unlocated problems point at one op."""
+    if all(p.op_index is not None for p in err.problems):
+        return err
+    problems = [
+        p
+        if p.op_index is not None
+        else dataclasses.replace(p, op_index=op_index, op_type=op_type, path=path)
+        for p in err.problems
+    ]
+    message = err.message if err.message.startswith(path) else f"{path}: {err.message}"
+    if len(problems) == 1:
+        problems[0] = dataclasses.replace(problems[0], message=message)
+    new = type(err)(message, problems)
+    new.__cause__ = err.__cause__ or err
+    return new
+
+
+class ExecContext:
+    """State of one execution job: limits, deadline, observer.
+
+    Args:
+        limits: the job's limits.
+        deadline: ``time.monotonic()`` value after which the job stops (default: now +
+            ``limits.wall_clock_s``).
+        observer: optional hook, see :data:`Observer`.
+    """
+
+    def __init__(
+        self,
+        limits: RunLimits,
+        deadline: float | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.limits = limits
+        self.deadline = deadline if deadline is not None else limits.deadline()
+        self.observer = observer
+
+    def run_net(self, net: NetDef, ws: Workspace, prefix: str = "") -> None:
+        """Run every op of ``net`` in order on ``ws``; ``prefix`` is the sub-net path."""
+        for index, op in enumerate(net.op):
+            self.run_op(op, ws, index, prefix)
+
+    def run_op(self, op: OperatorDef, ws: Workspace, index: int, prefix: str) -> None:
+        """Run one op (kernel or native control op) on ``ws``.
+
+        Raises:
+            ExecutionError: missing input, kernel failure, wrong outputs.
+            LimitExceededError: deadline, tensor size or loop iterations exceeded.
+            InvalidNetError: malformed control op.
+        """
+        path = f"{prefix}op[{index}]:{op.type}"
+        if time.monotonic() > self.deadline:
+            raise LimitExceededError.at(
+                f"{path}: wall-clock limit of {self.limits.wall_clock_s} s exceeded",
+                op_index=index,
+                op_type=op.type,
+                path=path,
+                code="wall_clock_exceeded",
+            )
+        native = runtime.NATIVE_OPS.get(op.type)
+        try:
+            if native is not None:
+                native(self, op, ws, path)
+            else:
+                self._run_kernel(op, ws, path)
+        except NetgradError as err:
+            raise locate(err, index, op.type, path) from None
+        except MemoryError:
+            raise LimitExceededError.at(
+                f"{path}: out of memory (address-space limit of "
+                f"{self.limits.memory_bytes} bytes)",
+                op_index=index,
+                op_type=op.type,
+                path=path,
+                code="memory_exceeded",
+            ) from None
+
+    def _run_kernel(self, op: OperatorDef, ws: Workspace, path: str) -> None:
+        kernel = get_kernel(op.type)
+        if kernel is None:  # pre-checked by validate_net; kept for direct callers
+            raise ExecutionError(f"no kernel for op type {op.type}")
+        inputs: list[np.ndarray] = []
+        for name in op.input:
+            value = ws.get(name)
+            if not isinstance(value, np.ndarray):
+                kind = "a workspace stack" if isinstance(value, WorkspaceStack) else "no tensor"
+                raise ExecutionError(f"input blob '{name}' of {op.type} holds {kind}")
+            inputs.append(value)
+        self._precheck_shape(op, inputs)
+        if self.observer is not None:
+            self.observer(op, inputs, path)
+        try:
+            outs = kernel(op, inputs)
+        except (NetgradError, MemoryError):
+            raise
+        except Exception as exc:  # a kernel bug or an unchecked bad shape
+            raise ExecutionError(
+                f"{op.type} failed on inputs ({kernel_inputs_repr(inputs)}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        outs = list(outs) if outs is not None else []
+        if len(outs) < len(op.output):
+            raise ExecutionError(
+                f"{op.type} kernel returned {len(outs)} outputs for {len(op.output)} output blobs"
+            )
+        for name, val in zip(op.output, outs, strict=False):
+            arr = np.asarray(val)
+            check_elements(arr.size, f"output '{name}' of {op.type}", self.limits)
+            ws.set(name, arr)
+
+    def _precheck_shape(self, op: OperatorDef, inputs: list[np.ndarray]) -> None:
+        """Refuse a fill whose ``shape`` (argument or shape input) exceeds the element cap."""
+        dims: list[int] | None = None
+        as_shape = find_arg(op, "input_as_shape")
+        if as_shape is not None and as_shape.i and inputs:
+            if inputs[0].size <= 64 and inputs[0].dtype.kind in "iu":
+                dims = [int(d) for d in inputs[0].reshape(-1)]
+        else:
+            shape = find_arg(op, "shape")
+            if shape is not None and len(shape.ints):
+                dims = [int(d) for d in shape.ints]
+        if dims is None:
+            return
+        n = 1
+        for d in dims:
+            if d < 0:
+                return  # the kernel reports negative dimensions itself
+            n *= d
+        extra = find_arg(op, "extra_shape")
+        if extra is not None:
+            for d in extra.ints:
+                n *= max(int(d), 0)
+        check_elements(n, f"{op.type} of shape {dims}", self.limits)
+
+
+def validate_net(net: NetDef, prefix: str = "") -> None:
+    """Refuse code-executing op types anywhere and unknown op types in executed nets.
+
+    Raises:
+        ExecutionError: code ``op_refused`` for ``Python``-family ops (checked in every
+            nested NetDef argument), code ``unknown_op_type`` for an op type with neither a
+            kernel nor a native implementation; each located by index, type and path.
+    """
+    _ensure_loaded()
+    for index, op in enumerate(net.op):
+        path = f"{prefix}op[{index}]:{op.type}"
+        if op.type in REFUSED_OP_TYPES:
+            raise ExecutionError.at(
+                f"{path}: op type {op.type} executes arbitrary code and is refused",
+                op_index=index,
+                op_type=op.type,
+                path=path,
+                code="op_refused",
+            )
+        if op.type not in runtime.NATIVE_OPS and get_kernel(op.type) is None:
+            known = get_entry(op.type) is not None
+            why = "has no NumPy kernel" if known else "is unknown"
+            raise ExecutionError.at(
+                f"{path}: op type {op.type} {why}; it cannot be executed",
+                op_index=index,
+                op_type=op.type,
+                path=path,
+                code="unknown_op_type",
+            )
+        for arg in op.arg:
+            if arg.HasField("n"):
+                validate_net(arg.n, f"{path}/{arg.name}/")
+            for k, sub in enumerate(arg.nets):
+                validate_net(sub, f"{path}/{arg.name}[{k}]/")
+
+
+def feed_blobs(ws: Workspace, feeds: Mapping[str, Any], limits: RunLimits) -> None:
+    """Copy ``feeds`` into ``ws`` as NumPy arrays.
+
+    Raises:
+        InvalidRequestError: a value is not numeric/bool (e.g. strings or objects).
+        LimitExceededError: a fed tensor exceeds ``limits.max_elements``.
+    """
+    for name, value in feeds.items():
+        arr = np.array(value, copy=True)
+        if arr.dtype.kind not in _BLOB_KINDS:
+            raise InvalidRequestError(
+                f"input blob '{name}' has dtype {arr.dtype}; expected bool, int or float"
+            )
+        check_elements(arr.size, f"input blob '{name}'", limits)
+        ws.set(name, arr)
+
+
+def run(
+    net: NetDef,
+    ws: Workspace,
+    limits: RunLimits | None = None,
+    *,
+    observer: Observer | None = None,
+    deadline: float | None = None,
+) -> None:
+    """Validate ``net`` and run it on an existing workspace ``ws``.
+
+    Raises:
+        ExecutionError, LimitExceededError, InvalidNetError: see :class:`ExecContext`.
+    """
+    limits = limits or default_limits()
+    validate_net(net)
+    ctx = ExecContext(limits, deadline, observer)
+    with element_cap(limits):
+        ctx.run_net(net, ws)
+
+
+def collect(ws: Workspace, fetch: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Tensors of ``ws``: the ``fetch`` names, or every written local tensor.
+
+    Raises:
+        ExecutionError: a fetched blob is missing or is not a tensor.
+    """
+    if fetch is None:
+        return {k: v for k, v in ws.items() if isinstance(v, np.ndarray)}
+    out: dict[str, np.ndarray] = {}
+    for name in fetch:
+        value = ws.get(name)
+        if not isinstance(value, np.ndarray):
+            raise ExecutionError(f"blob '{name}' does not hold a tensor")
+        out[name] = value
+    return out
+
+
+def execute(
+    net: NetDef,
+    feeds: Mapping[str, Any],
+    limits: RunLimits | None = None,
+    *,
+    fetch: Iterable[str] | None = None,
+    observer: Observer | None = None,
+    deadline: float | None = None,
+) -> dict[str, np.ndarray]:
+    """Run ``net`` on a fresh workspace holding ``feeds``; return the resulting tensors.
+
+    A pure function (no global workspace), picklable for :class:`core.executor.pool.WorkerPool`.
+
+    Args:
+        net: the NetDef (control ops ``Do``/``If``/``While``/``CreateScope``/``HasScope``
+            included, spec §4).
+        feeds: blob name -> array-like (bool, int32, int64, float32, float64); copied.
+        limits: job limits (default: the process default, see
+            :func:`core.executor.limits.default_limits`).
+        fetch: names to return (default: every tensor of the top-level workspace; blobs that
+            lived only in a sub-net workspace are not there).
+        observer: optional per-op hook (see :data:`Observer`).
+        deadline: absolute ``time.monotonic()`` deadline overriding ``limits.wall_clock_s``.
+
+    Returns:
+        Blob name -> NumPy array.
+
+    Raises:
+        ExecutionError: refused or unknown op type, missing input, kernel failure (bad
+            shapes included), located at the op.
+        LimitExceededError: a tensor, loop or time limit was hit.
+        InvalidRequestError: a feed is not a numeric/bool array.
+        InvalidNetError: a malformed control op (bad ``Do`` bindings, missing sub-net).
+    """
+    limits = limits or default_limits()
+    ws = Workspace()
+    feed_blobs(ws, feeds, limits)
+    run(net, ws, limits, observer=observer, deadline=deadline)
+    return collect(ws, fetch)

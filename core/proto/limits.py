@@ -1,0 +1,275 @@
+"""Nesting-depth checks for NetDefs whose ops hold sub-nets (``Argument.n`` / ``Argument.nets``).
+
+Control-flow ops (``Do``, ``If``, ``While``) keep their bodies as NetDefs inside arguments, so a
+request can nest nets arbitrarily deep. The service refuses requests nested deeper than a
+configured limit *before* generating gradients, with an error naming the sub-net path, e.g.
+``op[3]:If/then_net/op[0]:Do/net``. Depth counts sub-net levels: the top-level net (or the
+op of a single-op request, treated as ``op[0]``) is depth 0, a net in one of its arguments is
+depth 1, and so on (the same convention as :class:`core.ir.env.GenEnv`).
+
+The protobuf decoders themselves stop at 100 nested *messages* (upb's binary decoder and
+``json_format``), i.e. about 32 sub-net levels, since each level costs three messages
+(NetDef -> OperatorDef -> Argument). :data:`DECODER_MAX_DEPTH` is the deepest nesting that
+always decodes; :func:`effective_max_depth` caps the configured limit with it, so a too-deep
+request is reported with its path instead of an anonymous decoder failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from api_schemas import caffe2_pb2
+from core.errors import LimitExceededError
+
+#: Deepest sub-net nesting that the protobuf decoders accept with room to spare (request
+#: wrapper + NetDef + 3 messages per level + OperatorDef/Argument/TensorProto/DeviceOption
+#: leaves stays below their 100-message recursion limit).
+DECODER_MAX_DEPTH = 30
+
+_NET_ARG_FIELDS = ("n", "nets")
+
+
+def effective_max_depth(max_depth: int) -> int:
+    """The configured depth limit, capped at :data:`DECODER_MAX_DEPTH`."""
+    return max(0, min(max_depth, DECODER_MAX_DEPTH))
+
+
+def _too_deep(path: str, op_index: int, op_type: str, max_depth: int) -> LimitExceededError:
+    return LimitExceededError.at(
+        f"sub-nets are nested deeper than the limit of {max_depth} levels at {path}",
+        op_index=op_index,
+        op_type=op_type,
+        path=path,
+        code="nesting_too_deep",
+    )
+
+
+# -- decoded messages ------------------------------------------------------------------------
+
+
+def _msg_children(
+    net: caffe2_pb2.NetDef, prefix: str
+) -> Iterator[tuple[caffe2_pb2.NetDef, str, int, str]]:
+    for i, op in enumerate(net.op):
+        yield from _op_children(op, i, f"{prefix}op[{i}]:{op.type}")
+
+
+def _op_children(
+    op: caffe2_pb2.OperatorDef, index: int, op_path: str
+) -> Iterator[tuple[caffe2_pb2.NetDef, str, int, str]]:
+    for arg in op.arg:
+        if arg.HasField("n"):
+            yield arg.n, f"{op_path}/{arg.name}", index, op.type
+        for k, sub in enumerate(arg.nets):
+            yield sub, f"{op_path}/{arg.name}[{k}]", index, op.type
+
+
+def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int) -> None:
+    """Refuse a NetDef or OperatorDef whose sub-nets nest deeper than ``max_depth``.
+
+    Args:
+        msg: a decoded NetDef, or one OperatorDef (then treated as ``op[0]`` of a net).
+        max_depth: deepest allowed sub-net level (top level = 0).
+
+    Raises:
+        LimitExceededError: code ``nesting_too_deep``, located at the first too-deep sub-net
+            (depth-first, in op and argument order), e.g. ``op[3]:If/then_net/op[0]:Do/net``.
+    """
+    if isinstance(msg, caffe2_pb2.OperatorDef):
+        start = list(_op_children(msg, 0, f"op[0]:{msg.type}"))
+    else:
+        start = list(_msg_children(msg, ""))
+    stack = [(net, path, idx, typ, 1) for net, path, idx, typ in reversed(start)]
+    while stack:
+        net, path, idx, typ, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(path, idx, typ, max_depth)
+        children = list(_msg_children(net, path + "/"))
+        stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(children))
+
+
+# -- JSON objects (before decoding) ----------------------------------------------------------
+
+
+def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[tuple[Any, str, int, str]]:
+    args = op.get("arg") if isinstance(op, dict) else None
+    if not isinstance(args, list):
+        return
+    op_type = str(op.get("type", ""))
+    for arg in args:
+        if not isinstance(arg, dict):
+            continue
+        name = str(arg.get("name", ""))
+        if isinstance(arg.get("n"), dict):
+            yield arg["n"], f"{op_path}/{name}", index, op_type
+        nets = arg.get("nets")
+        if isinstance(nets, list):
+            for k, sub in enumerate(nets):
+                if isinstance(sub, dict):
+                    yield sub, f"{op_path}/{name}[{k}]", index, op_type
+
+
+def _json_net_children(net: Any, prefix: str) -> Iterator[tuple[Any, str, int, str]]:
+    ops = net.get("op") if isinstance(net, dict) else None
+    if not isinstance(ops, list):
+        return
+    for i, op in enumerate(ops):
+        if isinstance(op, dict):
+            yield from _json_op_children(op, i, f"{prefix}op[{i}]:{op.get('type', '')}")
+
+
+def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False) -> None:
+    """Like :func:`check_depth`, on a JSON-decoded NetDef (or OperatorDef when ``is_op``).
+
+    Runs before the protobuf JSON parser, whose own recursion limit would otherwise reject a
+    deep request without saying where. Malformed parts are skipped (the parser reports them).
+
+    Raises:
+        LimitExceededError: code ``nesting_too_deep`` with the sub-net path.
+    """
+    if is_op:
+        op_type = obj.get("type", "") if isinstance(obj, dict) else ""
+        start = list(_json_op_children(obj, 0, f"op[0]:{op_type}"))
+    else:
+        start = list(_json_net_children(obj, ""))
+    stack = [(net, path, idx, typ, 1) for net, path, idx, typ in reversed(start)]
+    while stack:
+        net, path, idx, typ, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(path, idx, typ, max_depth)
+        children = list(_json_net_children(net, path + "/"))
+        stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(children))
+
+
+# -- binary wire format (when the decoder gave up) -------------------------------------------
+
+# Field numbers of caffe2.proto used to follow sub-nets through the wire format.
+_NETDEF_OP = 2
+_OP_TYPE = 4
+_OP_ARG = 5
+_ARG_NAME = 1
+_ARG_N = 8
+_ARG_NETS = 9
+
+
+class _Truncated(Exception):
+    """The wire bytes end early; the real decoder will report it."""
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _Truncated
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """Yield ``(field_number, wire_type, value_start, value_end)``; varints give value in start."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(data, pos, end)
+        number, wtype = tag >> 3, tag & 7
+        if wtype == 0:
+            value, pos = _varint(data, pos, end)
+            yield number, wtype, value, pos
+        elif wtype == 1:
+            pos += 8
+        elif wtype == 2:
+            length, pos = _varint(data, pos, end)
+            if pos + length > end:
+                raise _Truncated
+            yield number, wtype, pos, pos + length
+            pos += length
+        elif wtype == 5:
+            pos += 4
+        else:  # groups are not used by caffe2.proto
+            raise _Truncated
+        if pos > end:
+            raise _Truncated
+
+
+def _wire_string(data: bytes, start: int, end: int, number: int) -> str:
+    for num, wtype, s, e in _fields(data, start, end):
+        if num == number and wtype == 2:
+            return data[s:e].decode("utf-8", "replace")
+    return ""
+
+
+def _wire_net_children(
+    data: bytes, start: int, end: int, prefix: str
+) -> Iterator[tuple[int, int, str, int, str]]:
+    index = 0
+    for num, wtype, s, e in _fields(data, start, end):
+        if num != _NETDEF_OP or wtype != 2:
+            continue
+        op_type = _wire_string(data, s, e, _OP_TYPE)
+        op_path = f"{prefix}op[{index}]:{op_type}"
+        yield from _wire_op_children(data, s, e, index, op_path, op_type)
+        index += 1
+
+
+def _wire_op_children(
+    data: bytes, start: int, end: int, index: int, op_path: str, op_type: str
+) -> Iterator[tuple[int, int, str, int, str]]:
+    for num, wtype, s, e in _fields(data, start, end):
+        if num != _OP_ARG or wtype != 2:
+            continue
+        name = _wire_string(data, s, e, _ARG_NAME)
+        k = 0
+        for anum, awtype, as_, ae in _fields(data, s, e):
+            if awtype != 2:
+                continue
+            if anum == _ARG_N:
+                yield as_, ae, f"{op_path}/{name}", index, op_type
+            elif anum == _ARG_NETS:
+                yield as_, ae, f"{op_path}/{name}[{k}]", index, op_type
+                k += 1
+
+
+def check_wire_depth(data: bytes, max_depth: int, *, is_op: bool = False) -> None:
+    """Like :func:`check_depth`, on the binary bytes of a NetDef (OperatorDef when ``is_op``).
+
+    Used when the protobuf decoder refused a message, to tell a too-deep net (named by its
+    path) from plain corruption. Returns silently when the bytes are malformed or not too deep.
+
+    Raises:
+        LimitExceededError: code ``nesting_too_deep`` with the sub-net path.
+    """
+    try:
+        if is_op:
+            op_type = _wire_string(data, 0, len(data), _OP_TYPE)
+            start = list(_wire_op_children(data, 0, len(data), 0, f"op[0]:{op_type}", op_type))
+        else:
+            start = list(_wire_net_children(data, 0, len(data), ""))
+        stack = [(s, e, p, i, t, 1) for s, e, p, i, t in reversed(start)]
+        while stack:
+            s, e, path, idx, typ, depth = stack.pop()
+            if depth > max_depth:
+                raise _too_deep(path, idx, typ, max_depth)
+            children = list(_wire_net_children(data, s, e, path + "/"))
+            stack.extend((cs, ce, p, i, t, depth + 1) for cs, ce, p, i, t in reversed(children))
+    except _Truncated:
+        return
+
+
+def wire_submessages(data: bytes, number: int) -> list[bytes]:
+    """Bytes of every length-delimited field ``number`` at the top level of ``data``.
+
+    Lets the service locate the NetDef/OperatorDef inside a netgrad request message without
+    decoding it. Returns what it found before any malformed bytes.
+    """
+    out: list[bytes] = []
+    try:
+        for num, wtype, s, e in _fields(data, 0, len(data)):
+            if num == number and wtype == 2:
+                out.append(data[s:e])
+    except _Truncated:
+        pass
+    return out
