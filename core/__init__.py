@@ -2,3 +2,12 @@
 
 Nothing in this package imports FastAPI; ``app/`` is the only HTTP layer.
 """
+
+try:  # upb caps nesting at 100 message levels, below what 64 levels of Do/If/While need.
+    # Lift it for the process; client bytes are depth-checked before parsing instead
+    # (core.proto.codec.wire_depth).
+    from google._upb import _message as _upb_message
+
+    _upb_message.SetAllowOversizeProtos(True)
+except ImportError:  # pragma: no cover - other protobuf backends keep their own caps
+    pass

@@ -232,10 +232,10 @@ def resize_nearest_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[n
     dy = np.moveaxis(inputs[0], -1, 1) if order == "NHWC" else inputs[0]
     if dy.shape != xc.shape[:2] + (iy.size, ix.size):
         raise _fail(op, inputs, f"dY must have shape {xc.shape[:2] + (iy.size, ix.size)}")
-    rows = np.zeros(xc.shape[:3] + (ix.size,), dtype=np.float64)
-    np.add.at(rows, (slice(None), slice(None), iy), dy)
-    dx = np.zeros(xc.shape, dtype=np.float64)
-    np.add.at(dx, (slice(None), slice(None), slice(None), ix), rows)
+    # One-hot source maps Ry[y, i] = [iy(y) = i], Rx[x, j] = [ix(x) = j]: dX = Ryᵀ·dY·Rx.
+    ry = (iy[:, None] == np.arange(xc.shape[2])[None, :]).astype(np.float64)
+    rx = (ix[:, None] == np.arange(xc.shape[3])[None, :]).astype(np.float64)
+    dx = np.einsum("ncyx,yh,xw->nchw", dy, ry, rx, optimize=True)
     if order == "NHWC":
         dx = np.moveaxis(dx, 1, -1)
     return [np.ascontiguousarray(dx).astype(inputs[1].dtype)]

@@ -44,7 +44,10 @@ def _fail(op: OperatorDef, inputs: Sequence[np.ndarray], why: str) -> ExecutionE
 
 
 def _swl_parts(
-    op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray, labels: np.ndarray,
+    op: OperatorDef,
+    inputs: Sequence[np.ndarray],
+    x: np.ndarray,
+    labels: np.ndarray,
     weights: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Return ``(X2, target N×D, w (N,), denominator W)``, validating shapes."""
@@ -137,9 +140,7 @@ def softmax_with_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> lis
 # ---------------------------------------------------------------------------------------------
 
 
-def _lce_parts(
-    op: OperatorDef, inputs: Sequence[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
+def _lce_parts(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     x, label = inputs[0], inputs[1]
     if x.ndim not in (1, 2):
         raise _fail(op, inputs, "X must be N×D or 1-D")
@@ -242,11 +243,7 @@ def squared_l2_distance(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nd
 )
 def squared_l2_distance_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SquaredL2DistanceGradient([X, Y, dD] → [dX, dY])``."""
-    return [
-        m.make_op(
-            "SquaredL2DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)]
-        )
-    ]
+    return [m.make_op("SquaredL2DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
 
 
 @register_kernel("SquaredL2DistanceGradient", gradient_op=True)

@@ -138,9 +138,7 @@ def fc_transposed(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
 def _fc_grad(m: GradientMaker) -> list[OperatorDef]:
     # Caffe2 GetFCGradient: one op, outputs [dW, db, dX] in that order.
     return [
-        m.make_op(
-            m.op.type + "Gradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(1), m.GI(2), m.GI(0)]
-        )
+        m.make_op(m.op.type + "Gradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(1), m.GI(2), m.GI(0)])
     ]
 
 
@@ -154,7 +152,11 @@ register_gradient(
 
 @register_kernel("FCGradient", gradient_op=True)
 def fc_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """FCGradient([X, W, dY] → [dW, db(, dX)]): ``dW = dY2ᵀ·X2``, ``db = Σ dY2``, ``dX = dY2·W2``."""
+    """FCGradient([X, W, dY] → [dW, db(, dX)]): ``dW = dY2ᵀ·X2``, ``db = ΣdY2``, ``dX = dY2·W2``.
+
+    Raises:
+        ExecutionError: wrong arity or shapes.
+    """
     return _fc_backward(op, inputs, transposed=False)
 
 
@@ -269,8 +271,10 @@ def _conv_setup(
     c, mo = xc.shape[1], wc.shape[0]
     if group <= 0 or c % group or mo % group or wc.shape[1] * group != c:
         raise _fail(
-            op, inputs, f"channels C={c}, M={mo}, W.shape[C]={wc.shape[1]} and group={group} "
-            "are inconsistent (need C = group·W_C and M divisible by group)"
+            op,
+            inputs,
+            f"channels C={c}, M={mo}, W.shape[C]={wc.shape[1]} and group={group} "
+            "are inconsistent (need C = group·W_C and M divisible by group)",
         )
     geo = conv_pool_geometry(op, xc.shape[2:], wc.shape[2:])
     return order, xc, wc, geo, group
@@ -558,9 +562,7 @@ for _suffix in ("", "1D", "2D", "3D"):
         ("AveragePool", avg_pool, avg_pool_gradient),
     ):
         _t = _base + _suffix
-        register_gradient(_t, op_schema=schema(1, 1, inplace=False), doc=f"{_t} pooling")(
-            pool_grad
-        )
+        register_gradient(_t, op_schema=schema(1, 1, inplace=False), doc=f"{_t} pooling")(pool_grad)
         register_kernel(_t)(_fwd)
         register_kernel(_t + "Gradient", gradient_op=True)(_bwd)
 
@@ -710,8 +712,11 @@ def spatial_bn_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nd
         dx = scale * inv_std * dy
     else:
         cnt = x.size // x.shape[ch]
-        dx = scale * inv_std / cnt * (
-            cnt * dy - _per_channel(dbias, x, ch) - xhat * _per_channel(dscale, x, ch)
+        dx = (
+            scale
+            * inv_std
+            / cnt
+            * (cnt * dy - _per_channel(dbias, x, ch) - xhat * _per_channel(dscale, x, ch))
         )
     return [
         dx.astype(x.dtype),
@@ -931,4 +936,3 @@ def nchw2nhwc_grad(m: GradientMaker) -> list[OperatorDef]:
 def nhwc2nchw_grad(m: GradientMaker) -> list[OperatorDef]:
     """``NCHW2NHWC([dY] → [dX])``."""
     return [m.make_op("NCHW2NHWC", [m.GO(0)], [m.GI(0)])]
-

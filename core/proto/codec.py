@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 from google.protobuf import json_format, message, text_format
 
 from api_schemas import caffe2_pb2
-from core.errors import DecodeError
+from core.errors import DecodeError, LimitExceededError
+
+#: Deepest message nesting accepted from clients, in protobuf message levels. One level
+#: of control-flow nesting costs three (OperatorDef.arg -> Argument.n -> NetDef.op), so
+#: this admits well over the default ``max_depth`` of 64 sub-net levels; the finer,
+#: configurable check runs on the decoded NetDef (``core.proto.limits``).
+MAX_MESSAGE_DEPTH = 1000
 
 M = TypeVar("M", bound=message.Message)
 
@@ -35,6 +41,13 @@ def from_binary(data: bytes, cls: type[M]) -> M:
     Raises:
         DecodeError: truncated or otherwise malformed bytes.
     """
+    # Every nesting level costs at least two bytes, so short bodies cannot nest deeply
+    # enough to matter; only longer ones are walked.
+    short = len(data) <= 2 * MAX_MESSAGE_DEPTH
+    if not short and wire_depth(data, cls.DESCRIPTOR, MAX_MESSAGE_DEPTH) > MAX_MESSAGE_DEPTH:
+        raise LimitExceededError(
+            f"{cls.DESCRIPTOR.name} is nested deeper than {MAX_MESSAGE_DEPTH} message levels"
+        )
     msg = cls()
     try:
         msg.ParseFromString(data)
@@ -89,9 +102,15 @@ def from_json_obj(obj: Any, cls: type[M]) -> M:
     try:
         import copy
 
+        if _json_depth(obj, MAX_MESSAGE_DEPTH * 2 + 2) > MAX_MESSAGE_DEPTH * 2:
+            raise LimitExceededError(
+                f"{cls.DESCRIPTOR.name} is nested deeper than {MAX_MESSAGE_DEPTH} message levels"
+            )
         work = copy.deepcopy(obj)
         _walk(work, cls.DESCRIPTOR, _text_to_b64)
-        return json_format.ParseDict(work, cls(), ignore_unknown_fields=False)
+        return json_format.ParseDict(
+            work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
+        )
     except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
         raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
 
@@ -133,3 +152,76 @@ def _walk(obj: Any, desc: Any, fix: Any, where: str = "") -> None:
             items = val if isinstance(val, list) else [val]
             for item in items:
                 _walk(item, field.message_type, fix, here)
+
+
+def _json_depth(obj: Any, cap: int) -> int:
+    """Nesting depth of JSON containers (iterative; stops counting at ``cap``)."""
+    deepest = 0
+    stack = [(obj, 1)]
+    while stack:
+        cur, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if deepest >= cap:
+                return deepest
+        if isinstance(cur, dict):
+            stack.extend((v, d + 1) for v in cur.values() if isinstance(v, dict | list))
+        elif isinstance(cur, list):
+            stack.extend((v, d + 1) for v in cur if isinstance(v, dict | list))
+    return deepest
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def wire_depth(data: bytes, desc: Any, cap: int) -> int:
+    """Deepest message nesting in binary protobuf ``data`` of message type ``desc``.
+
+    Walks the wire format iteratively, following only fields the schema declares as
+    messages, and stops as soon as ``cap`` is exceeded, so a hostile body cannot exhaust
+    the C stack of the parser. Malformed bytes end the walk early; the real parser then
+    reports them.
+    """
+    deepest = 1
+    stack: list[tuple[Any, int]] = [(desc, len(data))]
+    pos = 0
+    try:
+        while stack:
+            cur, end = stack[-1]
+            if pos >= end:
+                stack.pop()
+                continue
+            key, pos = _varint(data, pos)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                length, pos = _varint(data, pos)
+                field = cur.fields_by_number.get(number) if cur is not None else None
+                if field is not None and field.message_type is not None and pos + length <= end:
+                    stack.append((field.message_type, pos + length))
+                    if len(stack) > deepest:
+                        deepest = len(stack)
+                        if deepest > cap:
+                            return deepest
+                    continue
+                pos += length
+            else:
+                return deepest
+    except ValueError:
+        return deepest
+    return deepest

@@ -1,0 +1,315 @@
+"""A pool of worker processes that run execution jobs under per-job limits.
+
+Execution never runs in the server process (issue 4, "Isolation"). Each worker is a
+separate process started with the ``spawn`` (default) or ``forkserver`` method, so no
+server threads or sockets are inherited. Per job:
+
+* wall clock - the parent waits at most ``limits.wall_clock_s`` (+ a short grace for the
+  worker's own, cooperative check); then it kills the worker, starts a replacement and
+  raises :class:`~core.errors.LimitExceededError`;
+* memory - each worker sets ``RLIMIT_AS`` to ``limits.memory_bytes``; a ``MemoryError``
+  becomes :class:`~core.errors.LimitExceededError` and the worker is recycled;
+* crash - a worker that dies mid-job gives :class:`~core.errors.ExecutionError`, and a
+  replacement is started;
+* ``max_elements`` / ``max_loop_iterations`` - installed as the worker's default
+  :class:`~core.executor.limits.RunLimits`, used by jobs that pass no limits of their own.
+
+Exceptions of type :class:`~core.errors.NetgradError` raised by a job are re-raised in the
+parent as the same type with the same ``problems``. Other jobs are never affected.
+
+This module imports no NumPy at top level, so a worker can configure BLAS threads first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any
+
+from core.errors import ExecutionError, LimitExceededError, NetgradError
+from core.executor.limits import RunLimits
+from core.types import Diagnostic
+
+#: Extra seconds the parent waits past the wall-clock limit, so a worker that stops itself
+#: (the executor checks the deadline between ops) reports its own, more precise error.
+_GRACE_S = 0.3
+#: Seconds a new worker may take to import NumPy and the kernels before it counts as broken.
+_STARTUP_TIMEOUT_S = 60.0
+_MODULES_TO_PRELOAD = ("numpy", "core.executor.executor", "core.verify.checker")
+
+
+def _worker_main(conn: Connection, limits: RunLimits) -> None:
+    """Worker process: preload, set limits, then serve ``(fn, args)`` jobs until ``None``."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    for mod in _MODULES_TO_PRELOAD:
+        try:
+            importlib.import_module(mod)
+        except ImportError:  # optional preload; the job imports what it needs
+            pass
+    from core.executor.executor import _ensure_loaded
+    from core.executor.limits import set_default_limits
+
+    _ensure_loaded()
+    set_default_limits(limits)
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - platform dependent
+        pass
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        except Exception as exc:  # the job itself could not be unpickled
+            conn.send(("error", f"job could not be loaded in the worker: {exc!r}"))
+            continue
+        if msg is None:
+            return
+        fn, args = msg
+        recycle = False
+        reply: tuple[Any, ...]
+        try:
+            reply = ("ok", fn(*args))
+        except MemoryError:
+            reply = ("limit", f"job ran out of memory (limit {limits.memory_bytes} bytes)")
+            recycle = True
+        except NetgradError as exc:
+            reply = ("netgrad", type(exc).__module__, type(exc).__qualname__, exc.message,
+                     list(exc.problems))
+        except BaseException as exc:  # any other failure of the job
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except MemoryError:
+            conn.send(("limit", "job result exceeded the memory limit"))
+            recycle = True
+        except Exception as exc:
+            conn.send(("error", f"job result could not be sent back: {exc!r}"))
+        if recycle:
+            return
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, limits: RunLimits) -> None:
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        self.conn: Connection = parent_conn
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child_conn, limits), daemon=True, name="netgrad-worker"
+        )
+        self.proc.start()
+        child_conn.close()
+        self.ready = False
+
+    def wait_ready(self) -> bool:
+        """Block until the worker reported ready; ``False`` if it died or timed out."""
+        if self.ready:
+            return True
+        try:
+            if not self.conn.poll(_STARTUP_TIMEOUT_S):
+                return False
+            msg = self.conn.recv()
+        except (EOFError, OSError):
+            return False
+        self.ready = isinstance(msg, tuple) and msg[:1] == ("ready",)
+        return self.ready
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def kill(self) -> None:
+        """Stop this worker's process (by its own handle) and release the pipe."""
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not within a second."""
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(timeout=1)
+        self.kill()
+
+
+def _rebuild_error(module: str, qualname: str, message: str,
+                   problems: list[Diagnostic]) -> NetgradError:
+    """The parent-side copy of a job's NetgradError (same type, same problems)."""
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError):
+        cls = ExecutionError
+    if not (isinstance(cls, type) and issubclass(cls, NetgradError)):
+        cls = ExecutionError
+    err: NetgradError = cls(message, problems)
+    return err
+
+
+class WorkerPool:
+    """Worker processes that run picklable top-level functions under :class:`RunLimits`.
+
+    Args:
+        size: number of worker processes (>= 1).
+        limits: per-job limits (default :class:`RunLimits` defaults).
+        start_method: ``"spawn"`` (default) or ``"forkserver"``.
+
+    Raises:
+        ValueError: ``size < 1`` or an unknown start method (programming errors).
+    """
+
+    def __init__(
+        self, size: int = 2, limits: RunLimits | None = None, start_method: str = "spawn"
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"WorkerPool size must be >= 1, got {size}")
+        if start_method not in ("spawn", "forkserver"):
+            raise ValueError("start_method must be 'spawn' or 'forkserver'")
+        self.size = size
+        self.limits = limits or RunLimits()
+        self._ctx = multiprocessing.get_context(start_method)
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._workers: list[_Worker] = []
+        for _ in range(size):
+            w = _Worker(self._ctx, self.limits)
+            self._workers.append(w)
+            self._idle.put(w)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every worker. Further :meth:`submit` calls raise ExecutionError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+            self._workers.clear()
+        for w in workers:
+            w.stop()
+
+    def _replace(self, old: _Worker) -> _Worker:
+        old.kill()
+        new = _Worker(self._ctx, self.limits)
+        with self._lock:
+            if old in self._workers:
+                self._workers.remove(old)
+            if self._closed:
+                new.kill()
+            else:
+                self._workers.append(new)
+        return new
+
+    def _release(self, w: _Worker) -> None:
+        with self._lock:
+            closed = self._closed
+        if closed:
+            w.kill()
+        else:
+            self._idle.put(w)
+
+    def pids(self) -> list[int]:
+        """Process ids of the current workers (for tests and monitoring)."""
+        with self._lock:
+            return [w.proc.pid for w in self._workers if w.proc.pid is not None]
+
+    # -- jobs --------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` in a worker and return its result (blocking; thread-safe).
+
+        Args:
+            fn: a picklable top-level function.
+            args: picklable arguments.
+
+        Returns:
+            ``fn(*args)`` as computed in the worker.
+
+        Raises:
+            LimitExceededError: the job exceeded the wall-clock limit (worker killed and
+                replaced) or the memory limit.
+            ExecutionError: the worker crashed (replaced), the job raised a non-netgrad
+                exception, or the pool is closed.
+            NetgradError: any netgrad error the job raised, same type and problems.
+        """
+        if self._closed:
+            raise ExecutionError("worker pool is closed")
+        w = self._idle.get()
+        try:
+            for _attempt in range(2):  # one retry if an idle worker turned out dead
+                if w.alive() and w.wait_ready():
+                    break
+                w = self._replace(w)
+            else:
+                raise ExecutionError("could not start an execution worker")
+            try:
+                w.conn.send((fn, args))
+            except (OSError, ValueError) as exc:
+                w = self._replace(w)
+                raise ExecutionError(f"could not send the job to a worker: {exc}") from exc
+            except Exception as exc:  # pickling the job failed; the worker is fine
+                raise ExecutionError(f"job is not picklable: {exc!r}") from exc
+            limit = self.limits.wall_clock_s
+            start = time.monotonic()
+            if not w.conn.poll(limit + _GRACE_S):
+                w = self._replace(w)
+                raise LimitExceededError(
+                    f"job exceeded the wall-clock limit of {limit} s and was stopped",
+                    [Diagnostic("error", "wall_clock_exceeded",
+                                f"job exceeded the wall-clock limit of {limit} s")],
+                )
+            try:
+                reply = w.conn.recv()
+            except (EOFError, OSError) as exc:
+                code = w.proc.exitcode
+                w.proc.join(timeout=1)
+                code = w.proc.exitcode if w.proc.exitcode is not None else code
+                elapsed = time.monotonic() - start
+                w = self._replace(w)
+                raise ExecutionError(
+                    f"execution worker crashed after {elapsed:.2f} s (exit code {code}); "
+                    "it was replaced"
+                ) from exc
+            if reply[0] == "limit":  # the worker exits after a MemoryError: replace it now
+                w = self._replace(w)
+            return self._unpack(reply)
+        finally:
+            self._release(w)
+
+    def _unpack(self, reply: tuple[Any, ...]) -> Any:
+        kind = reply[0]
+        if kind == "ok":
+            return reply[1]
+        if kind == "netgrad":
+            raise _rebuild_error(reply[1], reply[2], reply[3], reply[4])
+        if kind == "limit":
+            raise LimitExceededError(
+                reply[1], [Diagnostic("error", "memory_exceeded", reply[1])]
+            )
+        raise ExecutionError(f"job failed in the worker: {reply[1]}")

@@ -1,0 +1,18 @@
+"""Shared fixtures. Tests that read ``../shared`` (real nets, specs) skip cleanly without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DIR = REPO_ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """``<repo>/../shared``; skips the test when the directory is absent."""
+    if not SHARED_DIR.is_dir():
+        pytest.skip(f"{SHARED_DIR} is absent (shared test assets are not part of the repo)")
+    return SHARED_DIR
