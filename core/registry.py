@@ -63,6 +63,11 @@ class OpSchema:
     def verify(self, op: OperatorDef) -> str | None:
         """Return a reason why ``op`` fails this schema, or ``None`` when it passes."""
         n_in, n_out = len(op.input), len(op.output)
+        if self.allow_inplace is True and n_in >= self.min_inputs and n_out >= self.min_outputs:
+            if (self.max_inputs < 0 or n_in <= self.max_inputs) and (
+                self.max_outputs < 0 or n_out <= self.max_outputs
+            ):
+                return None
         if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
             return f"{op.type} takes {_arity(self.min_inputs, self.max_inputs)} inputs, got {n_in}"
         if n_out < self.min_outputs or (self.max_outputs >= 0 and n_out > self.max_outputs):
@@ -321,6 +326,10 @@ class OpEntry:
         copy_arguments, copy_device_option, copy_engine: Caffe2's ``CopyArguments`` etc.
         kernel: NumPy kernel ``kernel(op, inputs) -> list[np.ndarray]``.
         doc: one line for ``GET /v1/operators``.
+        identity: predicate telling that, for this op, output 0 equals input 0 value for
+            value (``Dropout`` with ``is_test``, ``StopGradient``...). Run in place, such an
+            op leaves the blob's value unchanged, so the backward pass does not treat the
+            earlier version as overwritten.
     """
 
     op_type: str
@@ -333,6 +342,7 @@ class OpEntry:
     copy_engine: bool = True
     kernel: KernelFn | None = None
     doc: str = ""
+    identity: Callable[[OperatorDef], bool] | None = None
 
 
 REGISTRY: dict[str, OpEntry] = {}
@@ -406,6 +416,17 @@ def register_kernel(
         return fn
 
     return deco
+
+
+def register_identity(op_type: str, predicate: Callable[[OperatorDef], bool]) -> None:
+    """Declare when ``op_type``'s output 0 is value-identical to its input 0 (see OpEntry)."""
+    _entry(op_type).identity = predicate
+
+
+def is_identity(op: OperatorDef) -> bool:
+    """Whether ``op`` copies input 0 to output 0 unchanged (see :func:`register_identity`)."""
+    e = REGISTRY.get(op.type)
+    return e is not None and e.identity is not None and e.identity(op)
 
 
 def get_entry(op_type: str) -> OpEntry | None:

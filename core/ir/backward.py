@@ -27,8 +27,8 @@ from core.errors import (
     VersionMismatchError,
 )
 from core.ir.env import GenEnv, GenLimits
-from core.registry import get_gradient_for_op, make_arg, make_op
-from core.types import Diagnostic, GradientSlice, GradValue, grad_names
+from core.registry import get_gradient_for_op, is_identity, make_arg, make_op
+from core.types import Diagnostic, GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
 DeviceOption = caffe2_pb2.DeviceOption
@@ -83,26 +83,39 @@ class BackwardPass:
         self.generators: dict[str, dict[int, list[GradGen]]] = {}
         self.history: dict[str, list[tuple[str, int, int]]] = {}
         self._grad_ops: list[OperatorDef] = []
+        self.op_inputs: list[list[str]] = []
+        # value_roots[name][v]: the oldest version with the same value as version v
+        # (an in-place identity op such as an is_test Dropout makes a new version only).
+        self.value_roots: dict[str, list[int]] = {}
+        self.op_outputs: list[list[str]] = []
         for op in self.ops:
             self._play(op)
         self._check_stop_gradients()
+        self._warn_undeclared_branch_writes()
 
     # -- forward SSA -------------------------------------------------------------
     def _play(self, op: OperatorDef) -> None:
         idx = len(self.in_versions)
         frontier = self.frontier
+        op_in, op_out = list(op.input), list(op.output)
+        self.op_inputs.append(op_in)
+        self.op_outputs.append(op_out)
         ins: dict[str, int] = {}
-        for name in op.input:
+        for name in op_in:
             v = frontier.setdefault(name, 0)
             ins[name] = v
             self.input_usages.setdefault(name, {}).setdefault(v, []).append(idx)
             self.history.setdefault(name, []).append(("in", v, idx))
         outs: dict[str, int] = {}
-        for name in op.output:
+        identity = bool(op_in) and bool(op_out) and op_in[0] == op_out[0] and is_identity(op)
+        for j, name in enumerate(op_out):
             v = frontier[name] + 1 if name in frontier else 0
             frontier[name] = v
             outs[name] = v
             self.history.setdefault(name, []).append(("out", v, idx))
+            roots = self.value_roots.setdefault(name, [])
+            roots.extend(range(len(roots), v))  # versions never written here are their own
+            roots.append(roots[v - 1] if identity and j == 0 and v > 0 else v)
         self.in_versions.append(ins)
         self.out_versions.append(outs)
 
@@ -118,6 +131,34 @@ class BackwardPass:
                 problems.append(self._problem("stop_gradient_orphan", msg, idx, (op.output[0],)))
         if problems:
             raise InvalidNetError(problems[0].message, problems)
+
+    def _warn_undeclared_branch_writes(self) -> None:
+        """Warn when an If/While sub-net op writes an outer blob the op does not declare.
+
+        Sub-nets that are not wrapped in a ``Do`` run in the outer workspace (the Mask
+        R-CNN2Go ``If``, control-flow-cases §1). Caffe2's SSA does not see those writes, so
+        no gradient flows through them; netgrad does the same and says so.
+        """
+        for idx, op in enumerate(self.ops):
+            if op.type not in ("If", "While"):
+                continue
+            declared = set(op.output)
+            undeclared: dict[str, None] = {}
+            for arg in op.arg:
+                if arg.HasField("n"):
+                    _direct_writes(arg.n, undeclared)
+            names = [n for n in undeclared if n not in declared]
+            if names:
+                shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+                self.env.warn(
+                    "undeclared_branch_write",
+                    f"{op.type} sub-nets write {len(names)} outer blob(s) that the op does not "
+                    f"declare as outputs ({shown}); the backward pass does not see these "
+                    "writes, so no gradient flows through them",
+                    op_index=idx + self.offset,
+                    op_type=op.type,
+                    blobs=names,
+                )
 
     def _problem(
         self, code: str, message: str, idx: int, blobs: Sequence[str] = ()
@@ -230,15 +271,15 @@ class BackwardPass:
     ) -> None:
         """One forward op's gradient ops (Caffe2 ``_GenerateGradientsForForwardOp``)."""
         op = self.ops[idx]
-        g_output = [input_to_grad.get(o) for o in op.output]
-        if op.type != "ZeroGradient" and all(g is None for g in g_output):
+        outputs = self.op_outputs[idx]
+        g_output = [input_to_grad.get(o) for o in outputs]
+        if g_output.count(None) == len(g_output) and op.type != "ZeroGradient":
             return
         self.env.op_index = idx + self.offset
         ops, g_input = get_gradient_for_op(op, g_output, self.env)
         self._build_generators(idx, ops, g_output, g_input)
-        outputs = op.output
         new_map: dict[str, GradValue] = {}
-        for name, grad in zip(op.input, g_input, strict=True):
+        for name, grad in zip(self.op_inputs[idx], g_input, strict=True):
             if grad is not None or name not in input_to_grad or name in outputs:
                 new_map[name] = grad
         input_to_grad.update(new_map)
@@ -253,34 +294,65 @@ class BackwardPass:
     ) -> None:
         """Record which gradient op writes each input gradient (``BuildGradientGenerators``)."""
         op = self.ops[idx]
+        op_inputs = self.op_inputs[idx]
+        op_outputs = self.op_outputs[idx]
         in_versions = self.in_versions[idx]
+        out_versions = self.out_versions[idx]
+        frontier = self.frontier
+        grad_frontier = self.gradient_frontier
+        generators = self.generators
         # gradient name -> [(input position k, part)] with part 0 dense, 1 indices, 2 values
         wanted: dict[str, list[tuple[int, int]]] = {}
         for k, g in enumerate(g_input):
-            if isinstance(g, GradientSlice):
+            if g is None:
+                continue
+            if isinstance(g, str):
+                if g in wanted:
+                    wanted[g].append((k, 0))
+                else:
+                    wanted[g] = [(k, 0)]
+            else:
                 wanted.setdefault(g.indices, []).append((k, 1))
                 wanted.setdefault(g.values, []).append((k, 2))
-            elif g is not None:
-                wanted.setdefault(g, []).append((k, 0))
         g_out_names: dict[str, int] = {}
-        for j, g in enumerate(g_output):
-            for name in grad_names(g):
-                g_out_names.setdefault(name, j)
+        for j in range(len(g_output) - 1, -1, -1):  # the first output wins a shared name
+            g = g_output[j]
+            if isinstance(g, str):
+                g_out_names[g] = j
+            elif g is not None:
+                g_out_names[g.indices] = j
+                g_out_names[g.values] = j
         local: set[str] = set()
         produced: set[str] = set()
         sparse_parts: dict[int, GradGen] = {}
         for gop in ops:
+            # CheckGradientOperatorInput, inlined: this loop is the hot path.
             for name in gop.input:
-                self._check_grad_input(name, idx, g_out_names, local)
+                if name in g_out_names:
+                    out = op_outputs[g_out_names[name]]
+                    have = grad_frontier.get(out, out_versions[out])
+                    if not self._same_value(out, have, out_versions[out]):
+                        self._version_error("gradient", idx, name, out)
+                elif name in out_versions:
+                    if not self._same_value(name, frontier[name], out_versions[name]):
+                        self._version_error("output", idx, name, name)
+                elif name in in_versions:
+                    if not self._same_value(name, frontier[name], in_versions[name]):
+                        self._version_error("input", idx, name, name)
+                elif name not in local:
+                    raise GradientError.at(
+                        f'Blob name "{name}" not in the scope of operator {op.type} and is not '
+                        "generated by any of the local gradient operators.",
+                        blobs=(name,),
+                    )
+            dev = gop.device_option if gop.HasField("device_option") else None
             for out_i, out in enumerate(gop.output):
                 local.add(out)
                 for k, part in wanted.get(out, ()):
                     produced.add(out)
-                    blob = op.input[k]
-                    dev = gop.device_option if gop.HasField("device_option") else None
+                    blob = op_inputs[k]
                     if part == 0:
-                        gens = self.generators.setdefault(blob, {})
-                        gens.setdefault(in_versions[blob], []).append(
+                        generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(
                             GradGen(gop, out_i, g_input[k], dev)
                         )
                         continue
@@ -290,72 +362,58 @@ class BackwardPass:
                     else:
                         partial.op_v, partial.idx_v = gop, out_i
         for k, gen in sparse_parts.items():
-            blob = op.input[k]
-            self.generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(gen)
-        fwd_dev = op.device_option if op.HasField("device_option") else None
+            blob = op_inputs[k]
+            generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(gen)
+        fwd_dev: DeviceOption | None = None
         for k, g in enumerate(g_input):
             if g is None:
                 continue
-            names = grad_names(g)
-            if not any(n in produced for n in names):
-                blob = op.input[k]
-                self.generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(
+            blob = op_inputs[k]
+            if (g not in produced) if isinstance(g, str) else not (
+                g.indices in produced or g.values in produced
+            ):
+                if fwd_dev is None and op.HasField("device_option"):
+                    fwd_dev = op.device_option
+                generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(
                     GradGen(None, 0, g, fwd_dev)
                 )
-            self.gradient_frontier[op.input[k]] = in_versions[op.input[k]]
+            grad_frontier[blob] = in_versions[blob]
 
-    def _check_grad_input(
-        self, name: str, idx: int, g_out_names: Mapping[str, int], local: set[str]
-    ) -> None:
-        """Reject gradient ops that need an overwritten value (``CheckGradientOperatorInput``)."""
-        op = self.ops[idx]
-        outs = self.out_versions[idx]
-        ins = self.in_versions[idx]
-        if name in g_out_names:
-            out = op.output[g_out_names[name]]
-            want = outs[out]
-            have = self.gradient_frontier.get(out, want)
-            if have != want:
-                raise VersionMismatchError.at(
-                    f'Gradient name "{name}" is expected to correspond to version {want} of '
-                    f'"{out}", but currently we have version {have}.\n'
-                    f"Version history of {out}:\n{self.version_history(out)}",
-                    blobs=(name, out),
-                )
-        elif name in outs:
-            want, have = outs[name], self.frontier[name]
-            if have != want:
-                raise VersionMismatchError.at(
-                    f'Gradient operator needs output "{name}" at version {want}, but currently '
-                    f"we have version {have}.\nVersion history of {name}:\n"
-                    f"{self.version_history(name)}",
-                    blobs=(name,),
-                )
-        elif name in ins:
-            want, have = ins[name], self.frontier[name]
-            if have != want:
-                raise VersionMismatchError.at(
-                    f'Gradient operator needs input "{name}" at version {want}, but currently '
-                    f"we have version {have}.\nVersion history of {name}:\n"
-                    f"{self.version_history(name)}",
-                    blobs=(name,),
-                )
-        elif name not in local:
-            raise GradientError.at(
-                f'Blob name "{name}" not in the scope of operator {op.type} and is not '
-                "generated by any of the local gradient operators.",
-                blobs=(name,),
+    def _same_value(self, name: str, have: int, want: int) -> bool:
+        """Versions ``have`` and ``want`` of ``name`` hold the same value (spec §2.6 check)."""
+        if have == want:
+            return True
+        roots = self.value_roots.get(name)
+        if not roots or have >= len(roots) or want >= len(roots):
+            return False
+        return roots[have] == roots[want]
+
+    def _version_error(self, kind: str, idx: int, name: str, blob: str) -> None:
+        """Raise the version error of ``CheckGradientOperatorInput`` (spec §2.6)."""
+        outs, ins = self.out_versions[idx], self.in_versions[idx]
+        hist = f"Version history of {blob}:\n{self.version_history(blob)}"
+        if kind == "gradient":
+            want, have = outs[blob], self.gradient_frontier[blob]
+            msg = (
+                f'Gradient name "{name}" is expected to correspond to version {want} of '
+                f'"{blob}", but currently we have version {have}.'
             )
+        else:
+            want = outs[name] if kind == "output" else ins[name]
+            have = self.frontier[name]
+            msg = (
+                f'Gradient operator needs {kind} "{name}" at version {want}, but currently '
+                f"we have version {have}."
+            )
+        raise VersionMismatchError.at(f"{msg}\n{hist}", blobs=tuple(dict.fromkeys((name, blob))))
 
     # -- accumulation -----------------------------------------------------------
     def _accumulate(
         self, idx: int, input_to_grad: dict[str, GradValue], grad_ops: list[OperatorDef]
     ) -> None:
         """Sum (dense) or Concat (sparse) multiple gradients of one blob version (spec §2.7)."""
-        op = self.ops[idx]
         in_versions = self.in_versions[idx]
-        for name in dict.fromkeys(op.input):
-            v = in_versions[name]
+        for name, v in in_versions.items():
             usage = self.input_usages[name][v]
             if len(usage) < 2 or usage[0] != idx:
                 continue
@@ -485,6 +543,19 @@ class BackwardPass:
         if not only_tag and gens[0].device is not None:
             op.device_option.CopyFrom(gens[0].device)
         op.device_option.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
+
+
+def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
+    """Blobs written in the workspace that runs ``net``: Do sub-nets have their own."""
+    for op in net.op:
+        if op.type == "Do":
+            into.update(dict.fromkeys(op.output[:-1]))
+            continue
+        into.update(dict.fromkeys(op.output))
+        if op.type in ("If", "While"):
+            for arg in op.arg:
+                if arg.HasField("n"):
+                    _direct_writes(arg.n, into)
 
 
 def rename_output(

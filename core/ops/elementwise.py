@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ExecutionError, GradientError
-from core.ops._args import get_float, get_int, get_str
+from core.ops._args import check_numel, get_float, get_int, get_str
 from core.registry import (
     GradientMaker,
     OperatorDef,
@@ -136,7 +136,7 @@ def reduce_to(g: Array, aligned: tuple[int, ...], shape: tuple[int, ...]) -> Arr
     ``aligned`` is an input's shape padded to the output's rank (see :func:`broadcast_shapes`).
     """
     axes = tuple(i for i, (d, o) in enumerate(zip(aligned, g.shape, strict=True)) if d == 1 != o)
-    out = g.sum(axis=axes, keepdims=True) if axes else g
+    out = g.sum(axis=axes, keepdims=True) if axes else np.array(g, copy=True)  # never a view
     return np.asarray(out).reshape(shape)
 
 
@@ -153,7 +153,8 @@ def binary_kernel(op: OperatorDef, inputs: Sequence[Array], fn: Callable[..., An
     """
     expect_inputs(op, inputs, 2)
     a, b = (np.asarray(x) for x in inputs)
-    a_al, b_al, _ = broadcast_shapes(op, a.shape, b.shape)
+    a_al, b_al, out = broadcast_shapes(op, a.shape, b.shape)
+    check_numel(out, op)  # (N,1) x (1,N) broadcasts can be huge
     with np.errstate(all="ignore"):
         return np.asarray(fn(a.reshape(a_al), b.reshape(b_al)))
 
@@ -800,6 +801,7 @@ def matmul(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         b = b.T
     if a.shape[1] != b.shape[0]:
         raise kernel_error(op, f"inner dimensions differ: {a.shape} x {b.shape}", inputs)
+    check_numel((a.shape[0], b.shape[1]), op)
     y = a @ b
     if len(inputs) == 3:
         like = np.shape(inputs[2])

@@ -34,6 +34,7 @@ from core.registry import (
     kernel_inputs_repr,
     make_arg,
     register_gradient,
+    register_identity,
     register_kernel,
     schema,
 )
@@ -876,6 +877,9 @@ def dropout(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     keep = np.random.default_rng(dropout_seed(op)).random(x.shape) >= ratio
     y = x * keep * (1.0 / (1.0 - ratio))
     return [y.astype(x.dtype), keep]
+
+
+register_identity("Dropout", lambda op: get_bool(op, "is_test", False))
 
 
 @register_gradient("Dropout", op_schema=schema(1, (1, 2), inplace=[(0, 0)]), doc="dropout")

@@ -487,6 +487,7 @@ def gather(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         raise kernel_error(op, "DATA must have at least 1 dimension")
     axis = _canonical_axis(op, get_int(op, "axis", 0), data.ndim)
     ind = _gather_indices(op, inputs[1], int(data.shape[axis]))
+    check_numel(data.shape[:axis] + ind.shape + data.shape[axis + 1 :], op)
     return [np.take(data, ind, axis=axis)]
 
 

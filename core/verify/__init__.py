@@ -1,0 +1,32 @@
+"""Numeric gradient verification (spec §6): the net-level checker and the per-op checker.
+
+Facade: import from here, e.g. ``from core.verify import verify_net, VerifyOptions``.
+"""
+
+from __future__ import annotations
+
+from core.verify.checker import (
+    BlobReport,
+    InputSpec,
+    RandomSpec,
+    TensorSpec,
+    VerifyOptions,
+    VerifyReport,
+    VerifyResult,
+    materialize_inputs,
+    seed_names,
+    verify_net,
+)
+
+__all__ = [
+    "BlobReport",
+    "InputSpec",
+    "RandomSpec",
+    "TensorSpec",
+    "VerifyOptions",
+    "VerifyReport",
+    "VerifyResult",
+    "materialize_inputs",
+    "seed_names",
+    "verify_net",
+]

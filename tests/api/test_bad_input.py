@@ -12,7 +12,14 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api import docs
 from core.proto import codec
 from tests.api.conftest import TEST_MAX_BODY, TEST_MAX_DEPTH
-from tests.api.helpers import PB, assert_problem, do_request, do_request_pb, nested_do_net, still_serving
+from tests.api.helpers import (
+    PB,
+    assert_problem,
+    do_request,
+    do_request_pb,
+    nested_do_net,
+    still_serving,
+)
 
 
 def test_truncated_protobuf(client: TestClient) -> None:

@@ -162,3 +162,20 @@ def test_classification_net(client: TestClient, shared_dir: Path, name: str, enc
     weights = [b for op in net.op if op.type in ("Conv", "FC") for b in op.input[1:]]
     missing = [b for b in [data, *weights] if not grad_map.get(b)]
     assert not missing, f"no grad_map entry for {missing[:5]}"
+
+
+DETECTRON = "model_zoo__detectron_e2e_faster_rcnn_R-50-C4_1x__predict_net.pbtxt"
+
+
+def test_detection_net_lists_every_op_without_gradient(
+    client: TestClient, shared_dir: Path
+) -> None:
+    net = codec.to_json_obj(_load(shared_dir / "realnets" / DETECTRON))
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["pred_bbox", "rpn_roi_probs"]})
+    assert r.status_code == 422, r.text[:1000]
+    errors = r.json()["errors"]
+    located = {(e["op_index"], e["op_type"]) for e in errors}
+    assert {(130, "BBoxTransform"), (102, "GenerateProposals")} <= located
+    ok = client.post("/v1/gradients/net", json={"net": net, "ys": ["res5_2_branch2a"]})
+    assert ok.status_code == 200, ok.text[:1000]
+    assert ok.json()["grad_map"]["data"] == "data_grad"

@@ -16,6 +16,7 @@ def uniform_pm2(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """
     return rng.uniform(-2.0, 2.0, shape)
 
+
 # float64, small shapes: N=2, C=3, H=W=5 unless a case needs otherwise.
 X4 = (2, 3, 5, 5)
 

@@ -1,0 +1,716 @@
+"""Net-level numeric gradient verification: generated gradients vs central differences.
+
+Source: Caffe2 ``gradient_checker.py`` (``GradientChecker``, ``NetGradientChecker``, spec
+§6), reworked for a service:
+
+* the loss is ``L = Σ_y <v_y, y>`` for fixed random float64 weights ``v_y``; each ``y`` gets
+  an explicit seed gradient blob (``<y>_grad`` when free) fed with ``v_y``, so the generated
+  net computes ``∇x L`` directly (upstream used all-ones seeds and ``Σ y``);
+* float64 by default (fed float inputs are cast), step ``1e-6``; when a ``y`` is not float64
+  (e.g. the net fills float32 constants) the default step is ``1e-3`` and a warning says so;
+* **full** mode: every element of every checked input, ``(L(x+h·e_i) − L(x−h·e_i)) / 2h``;
+* **fast** mode: a few random unit directions ``u`` per input (``passes``, default 3),
+  comparing ``<∇x L, u>`` with ``(L(x+h·u) − L(x−h·u)) / 2h``: the cost does not grow with
+  the input size (in the spirit of gradcheck's fast mode);
+* an element passes when ``|analytic − numeric| <= atol + rtol·|numeric|`` (``np.isclose``);
+* points where the net is not differentiable (a ``Relu``/``LeakyRelu``/``PRelu``/``Abs``
+  input within ``10·step`` of 0, a ``MaxPool`` window whose two largest values are within
+  ``10·step``) are found by scanning the forward run and reported as a warning and a note on
+  each blob report - a mismatch there is expected, not a silent failure;
+* inputs are snapshotted before anything runs and fed read-only, so in-place ops such as
+  ``Relu(X -> X)`` cannot corrupt the values the checker perturbs (bug-cases row 11).
+
+Defaults: ``atol = 1e-5``, ``rtol = 1e-3``, ``step = 1e-6`` (float64). Central differences
+have truncation error ``O(h²)`` and rounding error about ``ε·|L| / h`` ≈ ``1e-10·|L|`` in
+float64, far below ``atol`` for losses of moderate size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from api_schemas import caffe2_pb2
+from core.errors import ExecutionError, InvalidRequestError
+from core.executor.executor import ExecContext, feed_blobs, validate_net
+from core.executor.limits import RunLimits, check_elements, default_limits, element_cap
+from core.executor.workspace import Workspace
+from core.types import Diagnostic, GradientSlice, GradValue
+
+NetDef = caffe2_pb2.NetDef
+OperatorDef = caffe2_pb2.OperatorDef
+
+MODES = ("fast", "full")
+DISTRIBUTIONS = ("uniform", "normal", "positive", "away_from_zero")
+DTYPES: dict[str, Any] = {
+    "float32": np.float32, "float": np.float32, "FLOAT": np.float32,
+    "float64": np.float64, "double": np.float64, "DOUBLE": np.float64,
+    "int32": np.int32, "INT32": np.int32, "int64": np.int64, "INT64": np.int64,
+    "bool": np.bool_, "BOOL": np.bool_,
+}
+#: A kink closer than ``KINK_MARGIN · step`` to the evaluation point is reported.
+KINK_MARGIN = 10.0
+_KINK_OPS = ("Relu", "LeakyRelu", "PRelu", "Abs")
+_MAXPOOL_OPS = ("MaxPool", "MaxPool1D", "MaxPool2D", "MaxPool3D")
+
+
+# --- request types --------------------------------------------------------------------------
+@dataclass
+class TensorSpec:
+    """A literal input tensor.
+
+    Attributes:
+        shape: dimensions; ``prod(shape)`` values are required.
+        dtype: ``float32``, ``float64``, ``int32``, ``int64`` or ``bool``.
+        data: the values, row-major (a flat or nested list, or an array).
+    """
+
+    shape: list[int]
+    dtype: str = "float64"
+    data: Any = None
+
+
+@dataclass
+class RandomSpec:
+    """A random input tensor.
+
+    Attributes:
+        shape: dimensions.
+        dtype: as :class:`TensorSpec`.
+        distribution: ``uniform`` (``[low, high)``, default ``[-1, 1)``); ``normal``
+            (standard normal, clipped to ``[low, high]`` when given); ``positive`` (uniform
+            in ``[low, high)``, default ``[0.5, 2)``, for Log/Sqrt/divisors); ``away_from_zero``
+            (magnitude uniform in ``[low, high)``, default ``[0.2, 1.5)``, random sign: away
+            from the kinks of Relu/Abs). Integer dtypes draw integers in ``[low, high)``
+            (default ``[0, 10)``); bool draws fair coins.
+        seed: seed of this tensor (default: derived from ``VerifyOptions.seed`` and the
+            input's position).
+        low, high: range parameters (see ``distribution``).
+    """
+
+    shape: list[int]
+    dtype: str = "float64"
+    distribution: str = "normal"
+    seed: int | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass
+class InputSpec:
+    """One fed blob: exactly one of ``tensor`` and ``random``."""
+
+    blob: str
+    tensor: TensorSpec | None = None
+    random: RandomSpec | None = None
+
+    @classmethod
+    def from_array(cls, blob: str, value: Any) -> InputSpec:
+        """An input given as a NumPy array (or anything ``np.asarray`` accepts)."""
+        arr = np.asarray(value)
+        return cls(blob, tensor=TensorSpec(list(arr.shape), str(arr.dtype), arr))
+
+
+@dataclass
+class VerifyOptions:
+    """What to feed, what to check and how.
+
+    Attributes:
+        inputs: fed blobs.
+        mode: ``"fast"`` (random projections) or ``"full"`` (every element).
+        step: finite-difference step ``h`` (default ``1e-6``, or ``1e-3`` when an output is
+            not float64).
+        atol, rtol: tolerances of ``|analytic − numeric| <= atol + rtol·|numeric|``.
+        check: input blobs whose gradient is checked (default: every fed float input).
+        passes: random directions per input in fast mode.
+        seed: seed of the output weights, the fast-mode directions and unseeded inputs.
+        cast_float64: cast fed float inputs to float64 (default true).
+    """
+
+    inputs: list[InputSpec] = field(default_factory=list)
+    mode: str = "fast"
+    step: float | None = None
+    atol: float = 1e-5
+    rtol: float = 1e-3
+    check: list[str] | None = None
+    passes: int = 3
+    seed: int = 0
+    cast_float64: bool = True
+
+
+# --- report types ---------------------------------------------------------------------------
+@dataclass
+class BlobReport:
+    """Comparison for one checked input blob.
+
+    Attributes:
+        blob: the input blob.
+        passed: every compared value was within tolerance.
+        max_abs_error, max_rel_error: over all elements (full) or passes (fast); the
+            relative error is ``|a − n| / max(|a|, |n|)``.
+        worst_index: element with the largest excess over the tolerance (full mode).
+        analytic, numeric: values at the worst element (full) or the worst direction's
+            directional derivatives (fast).
+        gradient: name of the gradient blob (``indices,values`` for a sparse gradient), or
+            ``None`` when none was generated (then the analytic gradient is zero).
+        checked: elements compared (full) or directions (fast).
+        nondifferentiable: the forward run met a non-differentiable point (see diagnostics).
+        note: explanation when something is unusual.
+    """
+
+    blob: str
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: list[int] | None
+    analytic: float | None
+    numeric: float | None
+    gradient: str | None
+    checked: int = 0
+    nondifferentiable: bool = False
+    note: str = ""
+
+
+@dataclass
+class VerifyReport:
+    """The verification verdict: one :class:`BlobReport` per checked blob."""
+
+    passed: bool
+    mode: str
+    step: float
+    atol: float
+    rtol: float
+    blobs: list[BlobReport]
+
+
+@dataclass
+class VerifyResult:
+    """Answer of :func:`verify_net`.
+
+    Attributes:
+        report: the verdict.
+        grad_ops: the gradient ops that were checked.
+        grad_map: blob -> gradient, from gradient generation.
+        diagnostics: generation diagnostics, then the checker's warnings and notes.
+    """
+
+    report: VerifyReport
+    grad_ops: list[OperatorDef]
+    grad_map: dict[str, GradValue]
+    diagnostics: list[Diagnostic]
+
+
+# --- inputs ---------------------------------------------------------------------------------
+def _dtype(name: str, blob: str) -> Any:
+    dt = DTYPES.get(name)
+    if dt is None:
+        raise InvalidRequestError(
+            f"input '{blob}': dtype {name!r} is not one of float32, float64, int32, int64, bool"
+        )
+    return dt
+
+
+def _shape(shape: Sequence[int], blob: str, limits: RunLimits) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise InvalidRequestError(f"input '{blob}': negative dimension in shape {list(dims)}")
+    check_elements(math.prod(dims), f"input blob '{blob}'", limits)
+    return dims
+
+
+def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[int, ...],
+            dt: Any) -> np.ndarray:
+    if spec.distribution not in DISTRIBUTIONS:
+        raise InvalidRequestError(
+            f"input '{blob}': distribution {spec.distribution!r} is not one of "
+            f"{', '.join(DISTRIBUTIONS)}"
+        )
+    kind = np.dtype(dt).kind
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    if kind in "iu":
+        lo = int(spec.low) if spec.low is not None else 0
+        hi = int(spec.high) if spec.high is not None else 10
+        if hi <= lo:
+            raise InvalidRequestError(f"input '{blob}': need low < high, got [{lo}, {hi})")
+        return rng.integers(lo, hi, shape).astype(dt)
+    d = spec.distribution
+    defaults = {"uniform": (-1.0, 1.0), "positive": (0.5, 2.0), "away_from_zero": (0.2, 1.5)}
+    if d == "normal":
+        x = rng.standard_normal(shape)
+        if spec.low is not None or spec.high is not None:
+            x = np.clip(x, spec.low, spec.high)
+        return x.astype(dt)
+    lo_f = spec.low if spec.low is not None else defaults[d][0]
+    hi_f = spec.high if spec.high is not None else defaults[d][1]
+    if hi_f <= lo_f or (d != "uniform" and lo_f <= 0):
+        raise InvalidRequestError(
+            f"input '{blob}': {d} needs {'0 < ' if d != 'uniform' else ''}low < high, "
+            f"got [{lo_f}, {hi_f})"
+        )
+    x = rng.uniform(lo_f, hi_f, shape)
+    if d == "away_from_zero":
+        x = x * rng.choice(np.array([-1.0, 1.0]), shape)
+    return x.astype(dt)
+
+
+def materialize_inputs(
+    specs: Sequence[InputSpec], seed: int = 0, limits: RunLimits | None = None
+) -> dict[str, np.ndarray]:
+    """Build the fed arrays of ``specs`` (deterministic for a given ``seed``).
+
+    Raises:
+        InvalidRequestError: duplicate blob, neither/both of tensor and random, unknown dtype
+            or distribution, data size differing from the shape.
+        LimitExceededError: a tensor above ``limits.max_elements``.
+    """
+    limits = limits or default_limits()
+    out: dict[str, np.ndarray] = {}
+    for k, spec in enumerate(specs):
+        blob = spec.blob
+        if blob in out:
+            raise InvalidRequestError(f"input '{blob}' is given twice")
+        if (spec.tensor is None) == (spec.random is None):
+            raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
+        if spec.tensor is not None:
+            t = spec.tensor
+            dt = _dtype(t.dtype, blob)
+            shape = _shape(t.shape, blob, limits)
+            try:
+                data = np.asarray(t.data if t.data is not None else [], dtype=dt).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise InvalidRequestError(f"input '{blob}': bad data: {exc}") from exc
+            if data.size != math.prod(shape):
+                raise InvalidRequestError(
+                    f"input '{blob}': shape {list(shape)} needs {math.prod(shape)} values, "
+                    f"got {data.size}"
+                )
+            out[blob] = data.reshape(shape).copy()
+        else:
+            r = spec.random
+            if r is None:  # unreachable: exactly one of the two was checked above
+                raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
+            dt = _dtype(r.dtype, blob)
+            shape = _shape(r.shape, blob, limits)
+            rng = np.random.default_rng(r.seed if r.seed is not None else (seed, k))
+            out[blob] = np.asarray(_random(r, blob, rng, shape, dt))
+    return out
+
+
+# --- non-differentiable points --------------------------------------------------------------
+@dataclass
+class _Kink:
+    path: str
+    op_type: str
+    blob: str
+    distances: np.ndarray  # smallest distances to the kink (at most 1000)
+
+
+class _KinkScanner:
+    """Executor observer that records distances to kinks (before in-place overwrites)."""
+
+    def __init__(self) -> None:
+        self.found: list[_Kink] = []
+
+    def __call__(self, op: OperatorDef, inputs: list[np.ndarray], path: str) -> None:
+        if not inputs or inputs[0].dtype.kind != "f" or inputs[0].size == 0:
+            return
+        dist: np.ndarray | None = None
+        if op.type in _KINK_OPS:
+            dist = np.abs(inputs[0]).reshape(-1)
+        elif op.type in _MAXPOOL_OPS:
+            dist = _maxpool_gaps(op, inputs[0])
+        if dist is not None and dist.size:
+            k = min(1000, dist.size)
+            smallest = np.partition(dist, k - 1)[:k] if k < dist.size else dist
+            self.found.append(_Kink(path, op.type, op.input[0], np.asarray(smallest)))
+
+
+def _maxpool_gaps(op: OperatorDef, x: np.ndarray) -> np.ndarray | None:
+    """Per window: largest minus second-largest value (0 = a tie), or ``None`` if unknown."""
+    try:
+        from core.ops import nn
+    except ImportError:  # pragma: no cover - kernels not present
+        return None
+    try:
+        _order, xc, geo = nn._pool_setup(op, [x])
+        cols = nn._windows(nn._pad(xc, geo, -np.inf), geo)
+    except Exception:  # the kernel itself will report bad arguments
+        return None
+    nk = len(geo.kernel)
+    win = cols.reshape(cols.shape[:2] + (-1,) + cols.shape[2 + nk:])
+    if win.shape[2] < 2:
+        return None
+    top2 = -np.partition(-win, 1, axis=2)[:, :, :2]
+    gap = top2[:, :, 0] - top2[:, :, 1]
+    return np.asarray(gap[np.isfinite(gap)]).reshape(-1)
+
+
+# --- the job --------------------------------------------------------------------------------
+@dataclass
+class _Job:
+    """Everything the numeric check needs; picklable for the worker pool."""
+
+    net: bytes
+    grad_ops: list[bytes]
+    grad_map: dict[str, GradValue]
+    seeds: dict[str, str]
+    options: VerifyOptions
+    limits: RunLimits | None
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
+def _all_names(net: NetDef, into: set[str]) -> None:
+    into.update(net.external_input)
+    into.update(net.external_output)
+    for op in net.op:
+        into.update(op.input)
+        into.update(op.output)
+        for a in op.arg:
+            if a.HasField("n"):
+                _all_names(a.n, into)
+            for sub in a.nets:
+                _all_names(sub, into)
+
+
+def seed_names(
+    net: NetDef, ys: Sequence[str] | Mapping[str, GradValue], fed: Sequence[str] = ()
+) -> dict[str, str]:
+    """Explicit seed gradient name of each ``y``: the given one, else ``<y>_grad`` if free.
+
+    Raises:
+        InvalidRequestError: ``ys`` is empty, a string, or gives a sparse seed.
+    """
+    if isinstance(ys, str | bytes):
+        raise InvalidRequestError("ys should be a list of blob names or a map blob -> gradient")
+    items: list[tuple[str, GradValue]] = (
+        list(ys.items()) if isinstance(ys, Mapping) else [(str(y), None) for y in ys]
+    )
+    if not items:
+        raise InvalidRequestError("ys is empty: name at least one output to differentiate")
+    taken: set[str] = set(fed)
+    _all_names(net, taken)
+    seeds: dict[str, str] = {}
+    for y, g in items:
+        if isinstance(g, GradientSlice):
+            raise InvalidRequestError(f"y '{y}': a sparse seed gradient cannot be verified")
+        name = g if isinstance(g, str) and g else _free_name(f"{y}_grad", taken)
+        taken.add(name)
+        seeds[y] = name
+    return seeds
+
+
+def _run(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray], prefix: str = "",
+         then: NetDef | None = None) -> Workspace:
+    ws = Workspace()
+    for name, arr in feeds.items():
+        ws.set(name, arr)  # read-only arrays: no copy needed, kernels cannot mutate them
+    ctx.run_net(net, ws, prefix)
+    if then is not None:
+        ctx.run_net(then, ws, "grad_ops/")
+    return ws
+
+
+def _loss(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray],
+          weights: Mapping[str, np.ndarray]) -> float:
+    ws = _run(ctx, net, feeds)
+    total = 0.0
+    for y, v in weights.items():
+        total += float(np.sum(v * np.asarray(ws.get(y), dtype=np.float64)))
+    return total
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    """A read-only view: a kernel that mutated its input would fail instead of corrupting it."""
+    view = arr.view()
+    view.flags.writeable = False
+    return view
+
+
+def _analytic(ws: Workspace, blob: str, g: GradValue, x: np.ndarray) -> np.ndarray:
+    """The analytic gradient of ``blob`` as a dense float64 array shaped like ``x``.
+
+    Raises:
+        ExecutionError: gradient blob missing or of a different shape.
+    """
+    if isinstance(g, GradientSlice):
+        idx = np.asarray(ws.get(g.indices)).astype(np.int64).reshape(-1)
+        vals = np.asarray(ws.get(g.values), dtype=np.float64)
+        dense = np.zeros(x.shape, dtype=np.float64)
+        np.add.at(dense, idx, vals.reshape((idx.size,) + x.shape[1:]))
+        return dense
+    if g is None:
+        raise ExecutionError(f"input '{blob}' has no gradient")
+    a = np.asarray(ws.get(g), dtype=np.float64)
+    if a.shape != x.shape:
+        raise ExecutionError(
+            f"Mismatched gradient shapes: input '{blob}' has shape {list(x.shape)}, its "
+            f"gradient '{g}' has shape {list(a.shape)}"
+        )
+    return a
+
+
+def _errors(a: np.ndarray, n: np.ndarray, atol: float, rtol: float) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray]:
+    abs_err = np.abs(a - n)
+    denom = np.maximum(np.abs(a), np.abs(n))
+    rel = np.divide(abs_err, denom, out=np.zeros_like(abs_err), where=denom > 0)
+    excess = abs_err - (atol + rtol * np.abs(n))
+    return abs_err, rel, excess
+
+
+def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
+    """The numeric part of :func:`verify_net` (runs in a worker or in-process).
+
+    Raises:
+        InvalidRequestError: bad inputs, a checked blob that is not fed, a non-float ``y``.
+        ExecutionError, LimitExceededError, InvalidNetError: from running the nets.
+    """
+    opts = job.options
+    limits = job.limits or default_limits()
+    net = NetDef.FromString(job.net)
+    grad_net = NetDef(name=f"{net.name}_grad")
+    for raw in job.grad_ops:
+        grad_net.op.append(OperatorDef.FromString(raw))
+    validate_net(net)
+    validate_net(grad_net, "grad_ops/")
+    diagnostics: list[Diagnostic] = []
+
+    feeds = materialize_inputs(opts.inputs, opts.seed, limits)
+    if opts.cast_float64:
+        feeds = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+    feeds = {k: _readonly(v) for k, v in feeds.items()}  # snapshot (bug-cases row 11)
+    ws_probe = Workspace()
+    feed_blobs(ws_probe, feeds, limits)  # validates dtypes and sizes
+    check = list(opts.check) if opts.check is not None else [
+        k for k, v in feeds.items() if v.dtype.kind == "f"
+    ]
+    for blob in check:
+        if blob not in feeds:
+            raise InvalidRequestError(f"check names '{blob}', which is not a fed input")
+        if feeds[blob].dtype.kind != "f":
+            raise InvalidRequestError(f"check names '{blob}', which is not a float input")
+
+    ctx = ExecContext(limits)
+    scanner = _KinkScanner()
+    with element_cap(limits):
+        base_ctx = ExecContext(limits, ctx.deadline, scanner)
+        base = _run(base_ctx, net, feeds)
+        rng = np.random.default_rng(opts.seed)
+        weights: dict[str, np.ndarray] = {}
+        all_f64 = True
+        for y in job.seeds:
+            yv = base.get(y)
+            if not isinstance(yv, np.ndarray) or yv.dtype.kind != "f":
+                kind = getattr(yv, "dtype", type(yv).__name__)
+                raise InvalidRequestError(f"y '{y}' is {kind}, not a float tensor")
+            all_f64 = all_f64 and yv.dtype == np.float64
+            weights[y] = rng.standard_normal(yv.shape)
+        step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
+        if not all_f64:
+            diagnostics.append(Diagnostic(
+                "warning", "low_precision_output",
+                "an output is not float64 (the net computes in lower precision): finite "
+                f"differences use step {step} and may be inexact",
+                blobs=tuple(y for y in job.seeds if base.get(y).dtype != np.float64),
+            ))
+        kink_note = _kink_diagnostics(scanner.found, KINK_MARGIN * step, diagnostics)
+
+        seeds = {
+            job.seeds[y]: _readonly(w.astype(base.get(y).dtype)) for y, w in weights.items()
+        }
+        grad_ws = _run(ctx, net, {**feeds, **seeds}, then=grad_net)
+
+        reports: list[BlobReport] = []
+        for blob in check:
+            x = feeds[blob]
+            g = job.grad_map.get(blob)
+            gname = ",".join(g) if isinstance(g, GradientSlice) else g
+            note = ""
+            if g is None:
+                a = np.zeros(x.shape, dtype=np.float64)
+                note = "no gradient was generated: the analytic gradient is taken as zero"
+            else:
+                try:
+                    a = _analytic(grad_ws, blob, g, x)
+                except ExecutionError as exc:
+                    reports.append(BlobReport(blob, False, math.inf, math.inf, None, None, None,
+                                              gname, 0, bool(kink_note), exc.message))
+                    continue
+
+            def loss_at(xv: np.ndarray, name: str = blob) -> float:
+                return _loss(ctx, net, {**feeds, name: _readonly(xv)}, weights)
+
+            if opts.mode == "full":
+                rep = _full(blob, x, a, loss_at, step, opts.atol, opts.rtol)
+            else:
+                rep = _fast(blob, x, a, loss_at, step, opts, rng)
+            rep.gradient = gname
+            rep.nondifferentiable = bool(kink_note)
+            notes = [n for n in (note, kink_note if not rep.passed else "") if n]
+            rep.note = "; ".join(notes)
+            reports.append(rep)
+    report = VerifyReport(all(r.passed for r in reports), opts.mode, step, opts.atol,
+                          opts.rtol, reports)
+    return report, diagnostics
+
+
+def _kink_diagnostics(found: list[_Kink], tol: float, out: list[Diagnostic]) -> str:
+    notes: list[str] = []
+    for k in found:
+        n = int(np.count_nonzero(k.distances <= tol))
+        if n == 0:
+            continue
+        what = "window ties" if k.op_type in _MAXPOOL_OPS else "inputs near the kink at 0"
+        count = f"{n}+" if n == k.distances.size == 1000 else str(n)
+        msg = (f"{k.path}: {count} {what} (within {tol:g}); the op is not differentiable "
+               "there, so finite differences may disagree with the gradient")
+        out.append(Diagnostic("warning", "nondifferentiable_point", msg,
+                              op_type=k.op_type, path=k.path, blobs=(k.blob,)))
+        notes.append(f"{k.path} ({count} {what})")
+    if not notes:
+        return ""
+    return "non-differentiable points in the forward run: " + ", ".join(notes)
+
+
+def _full(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float, atol: float,
+          rtol: float) -> BlobReport:
+    num = np.zeros(x.shape, dtype=np.float64)
+    work = np.array(x, dtype=x.dtype, copy=True)
+    flat = work.reshape(-1)
+    for i in range(flat.size):
+        orig = flat[i]
+        flat[i] = orig + step
+        hi = float(flat[i])  # the step actually taken (rounded in low precision)
+        plus = loss_at(work)
+        flat[i] = orig - step
+        lo = float(flat[i])
+        minus = loss_at(work)
+        flat[i] = orig
+        num.reshape(-1)[i] = (plus - minus) / (hi - lo)
+    if x.size == 0:
+        return BlobReport(blob, True, 0.0, 0.0, None, None, None, None, 0)
+    abs_err, rel, excess = _errors(a, num, atol, rtol)
+    worst = int(np.argmax(excess))
+    widx = [int(i) for i in np.unravel_index(worst, x.shape)]
+    return BlobReport(
+        blob, bool(np.all(excess <= 0)), float(abs_err.max()), float(rel.max()), widx,
+        float(a.reshape(-1)[worst]), float(num.reshape(-1)[worst]), None, int(x.size),
+    )
+
+
+def _fast(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float,
+          opts: VerifyOptions, rng: np.random.Generator) -> BlobReport:
+    an: list[float] = []
+    nu: list[float] = []
+    for _ in range(opts.passes):
+        u = rng.standard_normal(x.shape)
+        norm = float(np.linalg.norm(u))
+        u = u / norm if norm > 0 else u
+        xp = (x + step * u).astype(x.dtype)
+        xm = (x - step * u).astype(x.dtype)
+        # directional derivatives along the step actually taken: <∇L, xp − xm> / 2h
+        an.append(float(np.sum(a * (xp.astype(np.float64) - xm))) / (2 * step))
+        nu.append((loss_at(xp) - loss_at(xm)) / (2 * step))
+    if x.size == 0:
+        return BlobReport(blob, True, 0.0, 0.0, None, None, None, None, 0)
+    av, nv = np.array(an), np.array(nu)
+    abs_err, rel, excess = _errors(av, nv, opts.atol, opts.rtol)
+    worst = int(np.argmax(excess))
+    return BlobReport(
+        blob, bool(np.all(excess <= 0)), float(abs_err.max()), float(rel.max()), None,
+        an[worst], nu[worst], None, opts.passes,
+    )
+
+
+def _validate(opts: VerifyOptions) -> None:
+    if opts.mode not in MODES:
+        raise InvalidRequestError(f"mode must be 'fast' or 'full', got {opts.mode!r}")
+    if opts.step is not None and not (opts.step > 0 and math.isfinite(opts.step)):
+        raise InvalidRequestError(f"step must be a positive number, got {opts.step}")
+    if not (opts.atol >= 0 and opts.rtol >= 0):
+        raise InvalidRequestError("atol and rtol must be >= 0")
+    if opts.passes < 1:
+        raise InvalidRequestError(f"passes must be >= 1, got {opts.passes}")
+
+
+def verify_net(
+    net: NetDef,
+    ys: Sequence[str] | Mapping[str, GradValue],
+    options: VerifyOptions,
+    *,
+    skip: int = 0,
+    grad_ops: Sequence[OperatorDef] | None = None,
+    pool: Any = None,
+    limits: RunLimits | None = None,
+) -> VerifyResult:
+    """Generate the gradient of ``net`` and check it against central differences.
+
+    Gradient generation (``core.api.gradient_for_net`` with an explicit seed name per ``y``)
+    runs in the calling process; the numeric work runs in ``pool`` when given (a
+    :class:`core.executor.pool.WorkerPool`), else in-process.
+
+    Args:
+        net: forward NetDef.
+        ys: outputs of the loss ``L = Σ_y <v_y, y>`` (list, or map y -> seed gradient name).
+        options: inputs, mode, tolerances (see :class:`VerifyOptions`).
+        skip: ignore the first ``skip`` ops for gradient generation (they still run).
+        grad_ops: check these gradient ops instead of the generated ones (the grad map still
+            comes from generation) - e.g. to prove that a tampered op is caught.
+        pool: worker pool for the numeric work.
+        limits: job limits (default: the pool's / process defaults).
+
+    Returns:
+        The report, the gradient ops checked, the grad map and diagnostics.
+
+    Raises:
+        InvalidRequestError: bad options, inputs or ys.
+        GradientError (and subclasses): gradient generation failed.
+        ExecutionError, LimitExceededError, InvalidNetError: running the nets failed.
+    """
+    from core.api import gradient_for_net
+
+    _validate(options)
+    seeds = seed_names(net, ys, [s.blob for s in options.inputs])
+    gen = gradient_for_net(net, dict(seeds), skip)
+    ops = list(gen.grad_ops) if grad_ops is None else list(grad_ops)
+    job = _Job(
+        net.SerializeToString(),
+        [op.SerializeToString() for op in ops],
+        dict(gen.grad_map),
+        seeds,
+        dataclasses.replace(options),
+        limits,
+    )
+    if pool is not None:
+        report, diags = pool.submit(run_check, job)
+    else:
+        report, diags = run_check(job)
+    return VerifyResult(report, ops, dict(gen.grad_map), list(gen.diagnostics) + diags)
+
+
+__all__ = [
+    "BlobReport",
+    "InputSpec",
+    "RandomSpec",
+    "TensorSpec",
+    "VerifyOptions",
+    "VerifyReport",
+    "VerifyResult",
+    "materialize_inputs",
+    "run_check",
+    "seed_names",
+    "verify_net",
+]

@@ -1,0 +1,147 @@
+"""The worker pool: isolation, per-job limits, crash recovery, error round-trips."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from core.errors import ExecutionError, InvalidNetError, LimitExceededError
+from core.executor.executor import execute
+from core.executor.limits import RunLimits, default_limits
+from core.executor.pool import WorkerPool
+from tests.conformance.cases import brew_loop_net, while_net
+
+LIMIT_S = 2.0
+
+
+# Jobs: picklable top-level functions.
+def _pid() -> int:
+    return os.getpid()
+
+
+def _sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke"
+
+
+def _crash() -> None:
+    os._exit(3)
+
+
+def _allocate(n: int) -> float:
+    return float(np.ones(n).sum())
+
+
+def _raise_value_error() -> None:
+    raise ValueError("plain bug")
+
+
+def _worker_limits() -> RunLimits:
+    return default_limits()
+
+
+def _infinite_while_feeds() -> dict[str, np.ndarray]:
+    return {"cond": np.array(True), "ONE": np.array(0), "TWO": np.array(2),
+            "TEN": np.array(10), "counter": np.array(0), "output_blob": np.array(0)}
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    limits = RunLimits(wall_clock_s=LIMIT_S, memory_bytes=1024**3,
+                       max_loop_iterations=10**12)
+    with WorkerPool(2, limits) as p:
+        yield p
+
+
+def test_jobs_run_in_other_processes(pool: WorkerPool) -> None:
+    pid = pool.submit(_pid)
+    assert pid != os.getpid()
+    assert pid in pool.pids()
+
+
+def test_workers_use_the_pool_limits_by_default(pool: WorkerPool) -> None:
+    assert pool.submit(_worker_limits) == pool.limits
+
+
+def test_infinite_while_times_out_while_another_job_succeeds(pool: WorkerPool) -> None:
+    # ONE = 0: the counter never reaches TEN, so the While never stops by itself.
+    results: dict[str, object] = {}
+
+    def other() -> None:
+        time.sleep(0.2)  # submitted while the infinite job is running
+        results["other"] = pool.submit(execute, while_net(), {})
+
+    t = threading.Thread(target=other)
+    t.start()
+    start = time.monotonic()
+    with pytest.raises(LimitExceededError) as info:
+        pool.submit(execute, brew_loop_net(), _infinite_while_feeds())
+    elapsed = time.monotonic() - start
+    t.join()
+    assert elapsed <= LIMIT_S + 1.0
+    assert "wall-clock" in info.value.message
+    other_out = results["other"]
+    assert isinstance(other_out, dict) and other_out["y"].tolist() == [21]
+    # the pool keeps serving
+    assert pool.submit(execute, while_net(), {})["x"].tolist() == [7]
+
+
+def test_a_hung_job_is_killed_and_the_worker_replaced(pool: WorkerPool) -> None:
+    before = set(pool.pids())
+    start = time.monotonic()
+    with pytest.raises(LimitExceededError):
+        pool.submit(_sleep, 60.0)
+    assert time.monotonic() - start <= LIMIT_S + 1.0
+    after = set(pool.pids())
+    assert len(after) == 2 and after != before
+    assert pool.submit(_sleep, 0.0) == "woke"
+
+
+def test_a_crashing_worker_gives_an_execution_error_and_is_replaced(pool: WorkerPool) -> None:
+    with pytest.raises(ExecutionError, match="crashed"):
+        pool.submit(_crash)
+    assert len(pool.pids()) == 2
+    assert pool.submit(_sleep, 0.0) == "woke"
+
+
+def test_memory_limit(pool: WorkerPool) -> None:
+    with pytest.raises(LimitExceededError, match="memory"):
+        pool.submit(_allocate, 400_000_000)  # 3.2 GB of float64 > 1 GiB address space
+    assert pool.submit(_allocate, 1000) == 1000.0
+
+
+def test_netgrad_errors_keep_type_and_problems(pool: WorkerPool) -> None:
+    from api_schemas import caffe2_pb2
+    from core.registry import make_op
+
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.append(make_op("Relu", ["x"], ["y"]))
+    net.op.append(make_op("NoSuchOp", ["y"], ["z"]))
+    with pytest.raises(ExecutionError) as info:
+        pool.submit(execute, net, {"x": np.array([1.0])})
+    problem = info.value.problems[0]
+    assert (problem.op_index, problem.op_type, problem.code) == (1, "NoSuchOp", "unknown_op_type")
+
+    bad_do = caffe2_pb2.NetDef(name="n")
+    bad_do.op.append(make_op("CreateScope", [], ["W"]))
+    bad_do.op.append(make_op("Do", ["W"], ["V"]))
+    with pytest.raises(InvalidNetError):
+        pool.submit(execute, bad_do, {})
+
+
+def test_other_exceptions_become_execution_errors(pool: WorkerPool) -> None:
+    with pytest.raises(ExecutionError, match="ValueError: plain bug"):
+        pool.submit(_raise_value_error)
+
+
+def test_closed_pool_refuses_jobs() -> None:
+    p = WorkerPool(1, RunLimits(wall_clock_s=5))
+    assert p.submit(_sleep, 0.0) == "woke"
+    p.close()
+    with pytest.raises(ExecutionError, match="closed"):
+        p.submit(_sleep, 0.0)

@@ -1,0 +1,60 @@
+"""The README opens with the two set-up commands, CI runs the second, and its examples are real."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app.api import docs
+from app.main import create_app
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _blocks() -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(README)]
+
+
+def _setup_commands() -> list[str]:
+    lang, body = _blocks()[0]
+    assert lang == "sh"
+    return [line for line in body.splitlines() if line.strip()]
+
+
+def test_readme_starts_with_exactly_two_commands() -> None:
+    before = README[: README.index("```")]
+    assert [line for line in before.splitlines() if line.strip()] == ["# netgrad"]
+    serve, test = _setup_commands()
+    assert serve.startswith("python3 -m venv .venv && ") and serve.endswith("netgrad serve")
+    assert test.startswith("python3 -m venv .venv && ") and "[dev]" in test
+    assert test.endswith("python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    _, test = _setup_commands()
+    assert test in script
+    assert "set -euo pipefail" in script
+    assert "ruff check" in script and "mypy" in script
+    assert (ROOT / ".ci" / "run").stat().st_mode & 0o111
+
+
+def test_readme_do_example_output_is_what_the_api_answers() -> None:
+    sh = next(body for lang, body in _blocks() if lang == "sh" and "do.json" in body)
+    request = json.loads(sh.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0])
+    assert request == docs.DO_REQUEST
+    outputs = [json.loads(body) for lang, body in _blocks() if lang == "json"]
+    with TestClient(create_app(Settings(workers=0))) as client:
+        answer = client.post("/v1/gradients/op", json=request).json()
+        problem = client.post(
+            "/v1/gradients/op",
+            json={"op": {"type": "Relu", "input": ["x"], "output": ["y"]}, "g_output": []},
+        ).json()
+    assert outputs[0] == answer, "README curl output is stale: rerun the example"
+    assert outputs[1] == problem
