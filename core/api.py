@@ -69,6 +69,7 @@ def gradient_for_net(
     skip: int = 0,
     return_net: bool = False,
     limits: GenLimits | None = None,
+    recompute: bool = False,
 ) -> NetGradientResult:
     """Backward pass of a whole net (``GetBackwardPass`` / ``AddGradientOperators``).
 
@@ -78,6 +79,8 @@ def gradient_for_net(
             (``None`` = auto seed ``<y>_autogen_grad``).
         skip: ignore the first ``skip`` ops (e.g. data loading).
         return_net: also return forward + gradient ops as one NetDef.
+        recompute: re-run producers of forward values that a later in-place write
+            overwrote, into fresh blobs, instead of raising the version error (opt-in).
 
     Raises:
         InvalidRequestError: a ``ys`` blob is written by no op; ``skip`` out of range.
@@ -86,4 +89,4 @@ def gradient_for_net(
     """
     from core.ir.backward import net_gradient
 
-    return net_gradient(net, ys, skip, return_net, limits or GenLimits())
+    return net_gradient(net, ys, skip, return_net, limits or GenLimits(), recompute)

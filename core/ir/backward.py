@@ -87,6 +87,9 @@ class BackwardPass:
         # value_roots[name][v]: the oldest version with the same value as version v
         # (an in-place identity op such as an is_test Dropout makes a new version only).
         self.value_roots: dict[str, list[int]] = {}
+        self.producer: dict[tuple[str, int], int] = {}
+        self._recomputed: dict[tuple[str, int], str] = {}
+        self._pending: list[OperatorDef] = []
         self.op_outputs: list[list[str]] = []
         for op in self.ops:
             self._play(op)
@@ -112,6 +115,7 @@ class BackwardPass:
             v = frontier[name] + 1 if name in frontier else 0
             frontier[name] = v
             outs[name] = v
+            self.producer[(name, v)] = idx
             self.history.setdefault(name, []).append(("out", v, idx))
             roots = self.value_roots.setdefault(name, [])
             roots.extend(range(len(roots), v))  # versions never written here are their own
@@ -278,6 +282,9 @@ class BackwardPass:
         self.env.op_index = idx + self.offset
         ops, g_input = get_gradient_for_op(op, g_output, self.env)
         self._build_generators(idx, ops, g_output, g_input)
+        if self._pending:
+            grad_ops.extend(self._pending)
+            self._pending = []
         new_map: dict[str, GradValue] = {}
         for name, grad in zip(self.op_inputs[idx], g_input, strict=True):
             if grad is not None or name not in input_to_grad or name in outputs:
@@ -327,7 +334,7 @@ class BackwardPass:
         sparse_parts: dict[int, GradGen] = {}
         for gop in ops:
             # CheckGradientOperatorInput, inlined: this loop is the hot path.
-            for name in gop.input:
+            for pos, name in enumerate(gop.input):
                 if name in g_out_names:
                     out = op_outputs[g_out_names[name]]
                     have = grad_frontier.get(out, out_versions[out])
@@ -335,10 +342,10 @@ class BackwardPass:
                         self._version_error("gradient", idx, name, out)
                 elif name in out_versions:
                     if not self._same_value(name, frontier[name], out_versions[name]):
-                        self._version_error("output", idx, name, name)
+                        self._overwritten(gop, pos, "output", idx, out_versions[name])
                 elif name in in_versions:
                     if not self._same_value(name, frontier[name], in_versions[name]):
-                        self._version_error("input", idx, name, name)
+                        self._overwritten(gop, pos, "input", idx, in_versions[name])
                 elif name not in local:
                     raise GradientError.at(
                         f'Blob name "{name}" not in the scope of operator {op.type} and is not '
@@ -379,6 +386,71 @@ class BackwardPass:
                 )
             grad_frontier[blob] = in_versions[blob]
 
+    def _overwritten(
+        self, gop: OperatorDef, pos: int, kind: str, idx: int, version: int
+    ) -> None:
+        """A gradient op input names a forward value overwritten later: recompute or raise."""
+        name = gop.input[pos]
+        fresh = self._recompute(name, version) if self.env.recompute else None
+        if fresh is None:
+            self._version_error(kind, idx, name, name)
+        else:
+            gop.input[pos] = fresh
+
+    _NOT_RECOMPUTABLE = frozenset(
+        {"Do", "If", "While", "UniformFill", "GaussianFill", "XavierFill", "MSRAFill",
+         "CreateScope", "HasScope", "Python", "PythonGradient"}
+    )
+
+    def _recompute(self, name: str, version: int) -> str | None:
+        """A fresh blob holding ``name`` at ``version``, re-running its producer(s).
+
+        Producer ops are cloned with every output renamed ``_<blob>_v<version>_recompute``,
+        so the recomputation never touches a real forward blob. Inputs that were
+        overwritten too are recomputed recursively. Returns ``None`` when the value cannot be
+        rebuilt (an external input, a random or control op, a training Dropout).
+        """
+        key = (name, version)
+        if key in self._recomputed:
+            return self._recomputed[key]
+        p = self.producer.get(key)
+        if p is None:
+            return None
+        op = self.ops[p]
+        if op.type in self._NOT_RECOMPUTABLE or (op.type == "Dropout" and not is_identity(op)):
+            return None
+        inputs = []
+        for nm in self.op_inputs[p]:
+            v = self.in_versions[p][nm]
+            if self._same_value(nm, self.frontier[nm], v):
+                inputs.append(nm)
+                continue
+            sub = self._recompute(nm, v)
+            if sub is None:
+                return None
+            inputs.append(sub)
+        clone = OperatorDef()
+        clone.CopyFrom(op)
+        del clone.input[:]
+        del clone.output[:]
+        del clone.control_input[:]
+        clone.input.extend(inputs)
+        for o in self.op_outputs[p]:
+            fresh = f"_{o}_v{self.out_versions[p][o]}_recompute"
+            clone.output.append(fresh)
+            self._recomputed[(o, self.out_versions[p][o])] = fresh
+        self._pending.append(clone)
+        self.env.warn(
+            "recomputed_forward_value",
+            f"{name} (version {version}) was overwritten in place before the backward pass; "
+            f"op[{p + self.offset}]:{op.type} is re-run into {self._recomputed[key]}",
+            op_index=p + self.offset,
+            op_type=op.type,
+            blobs=(name, self._recomputed[key]),
+            severity="info",
+        )
+        return self._recomputed[key]
+
     def _same_value(self, name: str, have: int, want: int) -> bool:
         """Versions ``have`` and ``want`` of ``name`` hold the same value (spec §2.6 check)."""
         if have == want:
@@ -405,6 +477,11 @@ class BackwardPass:
                 f'Gradient operator needs {kind} "{name}" at version {want}, but currently '
                 f"we have version {have}."
             )
+            if not self.env.recompute:
+                msg += (
+                    " (netgrad can re-run the op that produced it into a fresh blob: "
+                    "send recompute=true)"
+                )
         raise VersionMismatchError.at(f"{msg}\n{hist}", blobs=tuple(dict.fromkeys((name, blob))))
 
     # -- accumulation -----------------------------------------------------------
@@ -608,6 +685,7 @@ def net_gradient(
     skip: int,
     return_net: bool,
     limits: GenLimits,
+    recompute: bool = False,
 ) -> NetGradientResult:
     """Implementation of :func:`core.api.gradient_for_net`."""
     from core.ops import load_all
@@ -629,7 +707,7 @@ def net_gradient(
                 for y in missing
             ],
         )
-    env = GenEnv(limits)
+    env = GenEnv(limits, recompute=recompute)
     grad_ops, grad_map = backward(ops, seeds, env, skip)
     out_net = None
     if return_net:

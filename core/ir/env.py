@@ -35,6 +35,9 @@ class GenEnv:
         depth: current nesting depth (0 = top-level net).
         counters: per-request counters for unique net names (shared with child envs).
         op_index: index of the forward op whose gradient is being made (set by the pass).
+        recompute: when a gradient op needs a forward value that a later in-place write
+            overwrote, re-run the op(s) that produced it into fresh blobs instead of failing
+            (opt-in; Caffe2 raises the version error).
     """
 
     limits: GenLimits = field(default_factory=GenLimits)
@@ -43,6 +46,7 @@ class GenEnv:
     depth: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     op_index: int = -1
+    recompute: bool = False
 
     def op_path(self, op_index: int, op_type: str) -> str:
         """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""
@@ -63,7 +67,14 @@ class GenEnv:
                 path=path.rstrip("/"),
                 code="nesting_too_deep",
             )
-        return GenEnv(self.limits, self.diagnostics, path, self.depth + 1, self.counters)
+        return GenEnv(
+            self.limits,
+            self.diagnostics,
+            path,
+            self.depth + 1,
+            self.counters,
+            recompute=self.recompute,
+        )
 
     def warn(
         self,

@@ -343,8 +343,9 @@ def _maxpool_gaps(op: OperatorDef, x: np.ndarray) -> np.ndarray | None:
     except Exception:  # the kernel itself will report bad arguments
         return None
     nk = len(geo.kernel)
-    win = cols.reshape(cols.shape[:2] + (-1,) + cols.shape[2 + nk:])
-    if win.shape[2] < 2:
+    shape = tuple(int(d) for d in np.shape(cols))
+    win = np.reshape(cols, shape[:2] + (-1,) + shape[2 + nk:])
+    if np.shape(win)[2] < 2:
         return None
     top2 = -np.partition(-win, 1, axis=2)[:, :, :2]
     gap = top2[:, :, 0] - top2[:, :, 1]
@@ -516,8 +517,8 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
             if not isinstance(yv, np.ndarray) or yv.dtype.kind != "f":
                 kind = getattr(yv, "dtype", type(yv).__name__)
                 raise InvalidRequestError(f"y '{y}' is {kind}, not a float tensor")
-            all_f64 = all_f64 and yv.dtype == np.float64
-            weights[y] = rng.standard_normal(yv.shape)
+            all_f64 = all_f64 and bool(yv.dtype == np.float64)
+            weights[y] = np.asarray(rng.standard_normal(yv.shape))
         step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
         if not all_f64:
             diagnostics.append(Diagnostic(

@@ -307,3 +307,54 @@ def test_ys_must_be_list_or_dict() -> None:
         gradient_for_net(net, "b")
     with pytest.raises(InvalidRequestError):
         gradient_for_net(net, ["nope"])
+
+
+def test_in_place_dropout_is_test_keeps_relu_gradient_valid() -> None:
+    from core.registry import make_arg
+
+    ops = [
+        op("FC", ["x", "w", "b"], ["y"]),
+        op("Relu", ["y"], ["y"]),
+        make_op("Dropout", ["y"], ["y", "mask"], [make_arg("is_test", 1)]),
+        op("AveragedLoss", ["y"], ["loss"]),
+    ]
+    g, m = run(ops, {"loss": None})
+    assert [o.type for o in g] == [
+        "ConstantFill", "AveragedLossGradient", "DropoutGrad", "ReluGradient", "FCGradient"
+    ]
+    assert m["w"] == "w_grad" and m["x"] == "x_grad"
+
+
+def bug_case_1() -> list[caffe2_pb2.OperatorDef]:
+    """bug-cases row 1: a training Dropout overwrites the output ReluGradient needs."""
+    from core.registry import make_arg
+
+    return [
+        op("FC", ["x", "w", "b"], ["y"]),
+        op("Relu", ["y"], ["y"]),
+        make_op("Dropout", ["y"], ["y", "mask"], [make_arg("is_test", 0)]),
+        op("AveragedLoss", ["y"], ["loss"]),
+    ]
+
+
+def test_bug_case_1_training_dropout_reports_the_version_error() -> None:
+    with pytest.raises(VersionMismatchError) as info:
+        run(bug_case_1(), {"loss": None})
+    p = info.value.problems[0]
+    assert 'needs output "y" at version 1, but currently we have version 2' in p.message
+    assert (p.op_index, p.op_type, p.path) == (1, "Relu", "op[1]:Relu")
+
+
+def test_recompute_rebuilds_overwritten_values() -> None:
+    env = GenEnv(recompute=True)
+    g, m = backward(bug_case_1(), {"loss": None}, env)
+    recomputed = [o for o in g if any(n.endswith("_recompute") for n in o.output)]
+    assert [(o.type, list(o.input), list(o.output)) for o in recomputed] == [
+        ("FC", ["x", "w", "b"], ["_y_v0_recompute"]),
+        ("Relu", ["_y_v0_recompute"], ["_y_v1_recompute"]),
+    ]
+    relu_grad = next(o for o in g if o.type == "ReluGradient")
+    assert relu_grad.input[0] == "_y_v1_recompute"
+    assert g.index(recomputed[-1]) < g.index(relu_grad)
+    assert m["w"] == "w_grad"
+    assert any(d.code == "recomputed_forward_value" for d in env.diagnostics)
