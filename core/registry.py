@@ -62,12 +62,8 @@ class OpSchema:
 
     def verify(self, op: OperatorDef) -> str | None:
         """Return a reason why ``op`` fails this schema, or ``None`` when it passes."""
-        n_in, n_out = len(op.input), len(op.output)
-        if self.allow_inplace is True and n_in >= self.min_inputs and n_out >= self.min_outputs:
-            if (self.max_inputs < 0 or n_in <= self.max_inputs) and (
-                self.max_outputs < 0 or n_out <= self.max_outputs
-            ):
-                return None
+        ins, outs = op.input, op.output
+        n_in, n_out = len(ins), len(outs)
         if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
             return f"{op.type} takes {_arity(self.min_inputs, self.max_inputs)} inputs, got {n_in}"
         if n_out < self.min_outputs or (self.max_outputs >= 0 and n_out > self.max_outputs):
@@ -75,15 +71,19 @@ class OpSchema:
                 f"{op.type} takes {_arity(self.min_outputs, self.max_outputs)} outputs, "
                 f"got {n_out}"
             )
-        if self.allow_inplace is not True:
-            allowed = self.allow_inplace or frozenset()
-            for i, name in enumerate(op.input):
-                for o, out in enumerate(op.output):
-                    if name == out and (i, o) not in allowed:
-                        return (
-                            f"input {i} and output {o} are both '{name}': set to be in-place "
-                            f"but this is not supported by op {op.type}"
-                        )
+        if self.allow_inplace is True:
+            return None
+        in_names, out_names = list(ins), list(outs)
+        if set(in_names).isdisjoint(out_names):
+            return None
+        allowed = self.allow_inplace or frozenset()
+        for i, name in enumerate(in_names):
+            for o, out in enumerate(out_names):
+                if name == out and (i, o) not in allowed:
+                    return (
+                        f"input {i} and output {o} are both '{name}': set to be in-place "
+                        f"but this is not supported by op {op.type}"
+                    )
         return None
 
 
@@ -122,9 +122,11 @@ class GradientMaker:
             :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
     """
 
+    __slots__ = ("op", "g_output", "g_input", "env")
+
     def __init__(self, op: OperatorDef, g_output: Sequence[GradValue], env: Any) -> None:
         self.op = op
-        self.g_output: list[GradValue] = list(g_output)
+        self.g_output: Sequence[GradValue] = g_output
         self.g_input: list[GradValue] = [None] * len(op.input)
         self.env = env
 
@@ -459,20 +461,9 @@ def get_gradient_for_op(
         GradientError: the maker itself failed (e.g. a required output gradient is missing).
     """
     e = REGISTRY.get(op.type)
-    if (
-        e is None
-        or e.status == GradientStatus.GRADIENT_OP
-        or (e.status == GradientStatus.GRADIENT and e.maker is None)
-    ):
-        raise GradientNotDefinedError(f"Gradient maker for operator {op.type} not implemented.")
-    if e.status == GradientStatus.NO_GRADIENT:
-        return [], [None] * len(op.input)
-    if e.status == GradientStatus.SHOULD_NOT_DIFFERENTIATE:
-        raise GradientNotDefinedError(f"One should not call gradient for operator {op.type}.")
-    if e.status == GradientStatus.NOT_IMPLEMENTED or e.maker is None:
-        raise GradientNotDefinedError(
-            f"Operator {op.type} should have a gradient but is not implemented yet."
-        )
+    if e is None or e.status is not GradientStatus.GRADIENT or e.maker is None:
+        _raise_no_gradient(op, e)
+        return [], [None] * len(op.input)  # NO_GRADIENT
     if len(g_output) != len(op.output):
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(op.output)} outputs"
@@ -487,14 +478,17 @@ def get_gradient_for_op(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
         ops = e.maker(m)
+        device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
+        engine = op.engine if e.copy_engine and op.HasField("engine") else None
+        args = op.arg if e.copy_arguments and len(op.arg) else None
         for g in ops:
             g.is_gradient_op = True
-            if e.copy_device_option and op.HasField("device_option"):
-                g.device_option.CopyFrom(op.device_option)
-            if e.copy_engine and op.HasField("engine"):
-                g.engine = op.engine
-            if e.copy_arguments and len(op.arg):
-                g.arg.extend(op.arg)
+            if device is not None:
+                g.device_option.CopyFrom(device)
+            if engine is not None:
+                g.engine = engine
+            if args is not None:
+                g.arg.extend(args)
     g_input = m.g_input
     if len(g_input) != len(op.input):
         raise GradientError(
@@ -508,6 +502,19 @@ def get_gradient_for_op(
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
     return ops, g_input
+
+
+def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:
+    """Raise the error for a type without a usable maker; return for ``NO_GRADIENT``."""
+    if e is not None and e.status is GradientStatus.NO_GRADIENT:
+        return
+    if e is None or e.status in (GradientStatus.GRADIENT_OP, GradientStatus.GRADIENT):
+        raise GradientNotDefinedError(f"Gradient maker for operator {op.type} not implemented.")
+    if e.status is GradientStatus.SHOULD_NOT_DIFFERENTIATE:
+        raise GradientNotDefinedError(f"One should not call gradient for operator {op.type}.")
+    raise GradientNotDefinedError(
+        f"Operator {op.type} should have a gradient but is not implemented yet."
+    )
 
 
 def known_op_types() -> list[str]:

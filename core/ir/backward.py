@@ -81,13 +81,11 @@ class BackwardPass:
         self.input_usages: dict[str, dict[int, list[int]]] = {}
         self.gradient_frontier: dict[str, int] = {}
         self.generators: dict[str, dict[int, list[GradGen]]] = {}
-        self.history: dict[str, list[tuple[str, int, int]]] = {}
         self._grad_ops: list[OperatorDef] = []
         self.op_inputs: list[list[str]] = []
-        # value_roots[name][v]: the oldest version with the same value as version v
-        # (an in-place identity op such as an is_test Dropout makes a new version only).
-        self.value_roots: dict[str, list[int]] = {}
-        self.producer: dict[tuple[str, int], int] = {}
+        # value_roots[name][v]: the oldest version with the same value as version v, kept
+        # only for versions written by an in-place identity op (is_test Dropout...).
+        self.value_roots: dict[str, dict[int, int]] = {}
         self._recomputed: dict[tuple[str, int], str] = {}
         self._pending: list[OperatorDef] = []
         self.op_outputs: list[list[str]] = []
@@ -100,6 +98,7 @@ class BackwardPass:
     def _play(self, op: OperatorDef) -> None:
         idx = len(self.in_versions)
         frontier = self.frontier
+        usages = self.input_usages
         op_in, op_out = list(op.input), list(op.output)
         self.op_inputs.append(op_in)
         self.op_outputs.append(op_out)
@@ -107,19 +106,22 @@ class BackwardPass:
         for name in op_in:
             v = frontier.setdefault(name, 0)
             ins[name] = v
-            self.input_usages.setdefault(name, {}).setdefault(v, []).append(idx)
-            self.history.setdefault(name, []).append(("in", v, idx))
+            by_version = usages.get(name)
+            if by_version is None:
+                usages[name] = {v: [idx]}
+            elif v in by_version:
+                by_version[v].append(idx)
+            else:
+                by_version[v] = [idx]
         outs: dict[str, int] = {}
-        identity = bool(op_in) and bool(op_out) and op_in[0] == op_out[0] and is_identity(op)
-        for j, name in enumerate(op_out):
+        for name in op_out:
             v = frontier[name] + 1 if name in frontier else 0
             frontier[name] = v
             outs[name] = v
-            self.producer[(name, v)] = idx
-            self.history.setdefault(name, []).append(("out", v, idx))
-            roots = self.value_roots.setdefault(name, [])
-            roots.extend(range(len(roots), v))  # versions never written here are their own
-            roots.append(roots[v - 1] if identity and j == 0 and v > 0 else v)
+        if op_in and op_out and op_in[0] == op_out[0] and is_identity(op):
+            name = op_out[0]
+            roots = self.value_roots.setdefault(name, {})
+            roots[outs[name]] = roots.get(ins[name], ins[name])
         self.in_versions.append(ins)
         self.out_versions.append(outs)
 
@@ -182,9 +184,12 @@ class BackwardPass:
     def version_history(self, name: str) -> str:
         """Readable version history of blob ``name`` (upstream's "DEBUG HELP")."""
         lines = []
-        for kind, v, idx in self.history.get(name, []):
-            op = self.ops[idx]
-            lines.append(f"  version ({kind}) {v} <-- op[{idx + self.offset}]:{op.type}")
+        for idx, op in enumerate(self.ops):
+            where = f"op[{idx + self.offset}]:{op.type}"
+            if name in self.in_versions[idx]:
+                lines.append(f"  version (in) {self.in_versions[idx][name]} <-- {where}")
+            if name in self.out_versions[idx]:
+                lines.append(f"  version (out) {self.out_versions[idx][name]} <-- {where}")
         return "\n".join(lines)
 
     # -- backward ------------------------------------------------------------------
@@ -307,7 +312,6 @@ class BackwardPass:
         out_versions = self.out_versions[idx]
         frontier = self.frontier
         grad_frontier = self.gradient_frontier
-        generators = self.generators
         # gradient name -> [(input position k, part)] with part 0 dense, 1 indices, 2 values
         wanted: dict[str, list[tuple[int, int]]] = {}
         for k, g in enumerate(g_input):
@@ -359,9 +363,7 @@ class BackwardPass:
                     produced.add(out)
                     blob = op_inputs[k]
                     if part == 0:
-                        generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(
-                            GradGen(gop, out_i, g_input[k], dev)
-                        )
+                        self._add_gen(blob, in_versions[blob], GradGen(gop, out_i, g_input[k], dev))
                         continue
                     partial = sparse_parts.setdefault(k, GradGen(None, 0, g_input[k], dev))
                     if part == 1:
@@ -370,7 +372,7 @@ class BackwardPass:
                         partial.op_v, partial.idx_v = gop, out_i
         for k, gen in sparse_parts.items():
             blob = op_inputs[k]
-            generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(gen)
+            self._add_gen(blob, in_versions[blob], gen)
         fwd_dev: DeviceOption | None = None
         for k, g in enumerate(g_input):
             if g is None:
@@ -381,10 +383,17 @@ class BackwardPass:
             ):
                 if fwd_dev is None and op.HasField("device_option"):
                     fwd_dev = op.device_option
-                generators.setdefault(blob, {}).setdefault(in_versions[blob], []).append(
-                    GradGen(None, 0, g, fwd_dev)
-                )
+                self._add_gen(blob, in_versions[blob], GradGen(None, 0, g, fwd_dev))
             grad_frontier[blob] = in_versions[blob]
+
+    def _add_gen(self, blob: str, version: int, gen: GradGen) -> None:
+        by_version = self.generators.get(blob)
+        if by_version is None:
+            self.generators[blob] = {version: [gen]}
+        elif version in by_version:
+            by_version[version].append(gen)
+        else:
+            by_version[version] = [gen]
 
     def _overwritten(
         self, gop: OperatorDef, pos: int, kind: str, idx: int, version: int
@@ -413,7 +422,9 @@ class BackwardPass:
         key = (name, version)
         if key in self._recomputed:
             return self._recomputed[key]
-        p = self.producer.get(key)
+        p = next(
+            (i for i, outs in enumerate(self.out_versions) if outs.get(name) == version), None
+        )
         if p is None:
             return None
         op = self.ops[p]
@@ -456,9 +467,9 @@ class BackwardPass:
         if have == want:
             return True
         roots = self.value_roots.get(name)
-        if not roots or have >= len(roots) or want >= len(roots):
+        if not roots:
             return False
-        return roots[have] == roots[want]
+        return roots.get(have, have) == roots.get(want, want)
 
     def _version_error(self, kind: str, idx: int, name: str, blob: str) -> None:
         """Raise the version error of ``CheckGradientOperatorInput`` (spec §2.6)."""

@@ -30,6 +30,7 @@ from core.registry import (
     find_arg,
     make_arg,
     register_gradient,
+    register_identity,
     register_kernel,
     register_op,
     schema,
@@ -87,6 +88,9 @@ register_op(
     GradientStatus.NO_GRADIENT,
     "Identity; gradients stop here (in place it erases the blob's gradient).",
 )
+register_identity("StopGradient", lambda op: True)
+register_identity("Copy", lambda op: True)
+register_identity("EnsureDense", lambda op: True)
 
 
 @register_kernel("StopGradient")
