@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from api_schemas import caffe2_pb2  # noqa: E402
 from core.executor.executor import _ensure_loaded, execute  # noqa: E402
+from core.executor.limits import RunLimits  # noqa: E402
 from core.registry import get_kernel, make_arg, make_op  # noqa: E402
 from core.verify import InputSpec, RandomSpec, VerifyOptions, verify_net  # noqa: E402
 
@@ -123,7 +124,7 @@ def bench_verify(quick: bool) -> None:
             continue
         full = VerifyOptions(inputs=opts.inputs, mode="full")
         t0 = time.perf_counter()
-        res = verify_net(net, ["y"], full)
+        res = verify_net(net, ["y"], full, limits=RunLimits(wall_clock_s=3600))
         t_full = (time.perf_counter() - t0) * 1e3
         assert res.report.passed
         print(f"{n:>10}{t_fast:>12.1f}{t_full:>12.1f}{t_full / t_fast:>10.0f}x")

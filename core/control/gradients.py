@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError, InvalidNetError, NetgradError
@@ -232,17 +233,34 @@ def _reject_sparse(env: GenEnv, op: OperatorDef, blob: str, g: GradValue, where:
 class SubnetGradient:
     """Result of differentiating one sub-net (Caffe2 ``_gen_subnet_gradient``).
 
+    The gradient NetDef is ``header`` (the forward sub-net's fields but ops and external
+    lists, name + ``_grad``) plus ``ops``; :func:`_put_net` builds it in place inside the
+    gradient op's argument, so nested sub-nets are copied once, not three times.
+
     Attributes:
-        net: the gradient NetDef (forward net copy, name + ``_grad``, ops replaced).
+        header: NetDef fields of the gradient net, without ops.
+        ops: gradient ops of the sub-net (more may be appended, e.g. zero fills).
         grad_map: forward blob -> gradient name (dense only).
         inputs: names read by a gradient op before any gradient op wrote them.
         outputs: names written by gradient ops (first-appearance order).
     """
 
-    net: NetDef
+    header: NetDef
+    ops: list[OperatorDef]
     grad_map: dict[str, str]
     inputs: list[str]
     outputs: list[str]
+
+
+def _put_net(
+    op: OperatorDef, arg_name: str, header: NetDef, ops: Sequence[OperatorDef]
+) -> NetDef:
+    """Append argument ``arg_name`` holding ``header`` + ``ops`` to ``op``, built in place."""
+    arg = op.arg.add()
+    arg.name = arg_name
+    arg.n.CopyFrom(header)
+    arg.n.op.extend(ops)
+    return arg.n
 
 
 def _io_names(ops: Sequence[OperatorDef]) -> tuple[list[str], list[str]]:
@@ -280,16 +298,11 @@ def subnet_gradient(
         _reject_sparse(env, op, blob, g, f"{arg_name} gradient")
         if isinstance(g, str):
             dense[blob] = g
-    net = NetDef()
-    net.CopyFrom(subnet)
-    if net.name:
-        net.name += "_grad"
-    del net.op[:]
-    del net.external_input[:]
-    del net.external_output[:]
-    net.op.extend(grad_ops)
+    header = _copy_except(subnet, NetDef(), ("op", "external_input", "external_output"))
+    if header.name:
+        header.name += "_grad"
     ins, outs = _io_names(grad_ops)
-    return SubnetGradient(net, dense, ins, outs)
+    return SubnetGradient(header, grad_ops, dense, ins, outs)
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +339,7 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
     if not seeds:
         raise _err(env, op, "Empty initial gradient map for Do op", "empty_gradient_map")
     sub = subnet_gradient(op, b.subnet, seeds, env, "net")
-    if not len(sub.net.op):
+    if not sub.ops:
         return copies
     # Inputs of the gradient Do (spec §3.3 step 6): outer blobs and seeds the inner
     # gradient ops read before writing them; other names come from the saved workspace.
@@ -364,15 +377,14 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
         if outer_grad not in outputs:
             outputs.append(outer_grad)
         m.g_input[k] = outer_grad
-    sub.net.op.extend(copy_ops)
     grad = _gradient_control_op(op)
     grad.input.extend([*inputs, b.workspace_blob])
     grad.output.extend([*outputs, b.workspace_blob])
     bindings = {**out_bindings, **in_bindings}
     outer_list = inputs + outputs
+    _put_net(grad, "net", sub.header, [*sub.ops, *copy_ops])
     grad.arg.extend(
         [
-            make_arg("net", sub.net),
             make_arg("inner_blobs", list(bindings)),
             make_arg("outer_blobs_idx", [outer_list.index(v) for v in bindings.values()]),
             make_arg("saved_fwd_blobs", list(saved)),
@@ -393,16 +405,28 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
 
 def _gradient_control_op(op: OperatorDef) -> OperatorDef:
     """Copy of a forward control op with I/O, args and control_input cleared (name + _grad)."""
-    grad = OperatorDef()
-    grad.CopyFrom(op)
+    grad = _copy_except(op, OperatorDef(), ("input", "output", "arg", "control_input"))
     if grad.name:
         grad.name += "_grad"
-    del grad.input[:]
-    del grad.output[:]
-    del grad.arg[:]
-    del grad.control_input[:]
     grad.is_gradient_op = True
     return grad
+
+
+def _copy_except(src: Any, dst: Any, skip: tuple[str, ...]) -> Any:
+    """Copy every set field of ``src`` into ``dst`` but those named in ``skip``.
+
+    Cheaper than ``CopyFrom`` + clearing when the skipped fields hold large sub-nets.
+    """
+    for field, value in src.ListFields():
+        if field.name in skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+    return dst
 
 
 # ---------------------------------------------------------------------------------------
@@ -461,24 +485,19 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
                     blobs=(blob, tg, eg),
                     code="if_branch_gradient_conflict",
                 )
-    then_ops, else_ops = list(then_g.net.op), list(else_g.net.op) if else_g else []
     else_out = else_g.outputs if else_g else []
     to_else = _zero_fill_ops(then_g, else_out, seeds)
     to_then = _zero_fill_ops(else_g, then_g.outputs, seeds) if else_g else []
-    then_ops += to_then
-    else_ops += to_else
-    then_g.net.op.extend(to_then)
-    else_grad_net: NetDef | None = None
+    then_ops = [*then_g.ops, *to_then]
+    else_ops = [*else_g.ops, *to_else] if else_g else list(to_else)
+    else_header: NetDef | None = None
     if else_g is not None:
-        else_g.net.op.extend(to_else)
-        else_grad_net = else_g.net
+        else_header = else_g.header
     elif to_else:
-        else_grad_net = NetDef()
-        else_grad_net.CopyFrom(then_g.net)
-        if else_grad_net.name:
-            else_grad_net.name += "_auto_else_zero_blobs_"
-        del else_grad_net.op[:]
-        else_grad_net.op.extend(to_else)
+        else_header = NetDef()
+        else_header.CopyFrom(then_g.header)
+        if else_header.name:
+            else_header.name += "_auto_else_zero_blobs_"
     t_in, t_out = _io_names(then_ops)
     e_in, e_out = _io_names(else_ops)
     cond = op.input[0]
@@ -487,9 +506,9 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
     grad = _gradient_control_op(op)
     grad.input.extend(inputs)
     grad.output.extend(outputs)
-    grad.arg.append(make_arg("then_net", then_g.net))
-    if else_grad_net is not None:
-        grad.arg.append(make_arg("else_net", else_grad_net))
+    _put_net(grad, "then_net", then_g.header, then_ops)
+    if else_header is not None:
+        _put_net(grad, "else_net", else_header, else_ops)
     m.g_input = [grad_map.get(i) if k else None for k, i in enumerate(op.input)]
     return [*copies, grad]
 
@@ -592,7 +611,8 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     grad = _gradient_control_op(op)
     grad.input.extend([cond_blob, *sub.inputs])
     grad.output.extend(sub.outputs)
-    grad.arg.extend([make_arg("loop_net", sub.net), make_arg("cond_net", cond_net)])
+    _put_net(grad, "loop_net", sub.header, sub.ops)
+    grad.arg.append(make_arg("cond_net", cond_net))
     m.g_input = [sub.grad_map.get(i) if k else None for k, i in enumerate(op.input)]
     env.warn(
         "while_keeps_workspaces",

@@ -114,16 +114,18 @@ def add_if_op(
     if_in = [cond] + list(dict.fromkeys(then_in + else_in))
     if_out = list(dict.fromkeys(then_out + else_out))
     ws_then = _unique(net, f"{net.name}/workspace_if_then")
-    args = [make_arg("then_net", _wrapper("do_then_net", do_op(then_in, then_out, ws_then,
-                                                                 then_net)))]
+    args = [
+        make_arg("then_net", _wrapper("do_then_net", do_op(then_in, then_out, ws_then, then_net)))
+    ]
     scopes = [ws_then]
     if else_net is not None:
         ws_else = _unique(net, f"{net.name}/workspace_if_else")
         if ws_else == ws_then:
             ws_else += "_else"
         args.append(
-            make_arg("else_net", _wrapper("do_else_net", do_op(else_in, else_out, ws_else,
-                                                               else_net)))
+            make_arg(
+                "else_net", _wrapper("do_else_net", do_op(else_in, else_out, ws_else, else_net))
+            )
         )
         scopes.append(ws_else)
     for ws in scopes:
@@ -146,9 +148,12 @@ def add_while_op(
     ws_body = _unique(net, f"{net.name}/workspace_loop_body")
     while_in = [cond] + ins + [ws_body]
     while_out = outs + [ws_body]
-    args = [make_arg("loop_net", _wrapper("do_loop_body_net",
-                                          do_op(ins, outs, ws_body, body,
-                                                copy_external_blobs=True)))]
+    args = [
+        make_arg(
+            "loop_net",
+            _wrapper("do_loop_body_net", do_op(ins, outs, ws_body, body, copy_external_blobs=True)),
+        )
+    ]
     ops = [make_op("CreateScope", [], [ws_body])]
     if cond_body is not None:
         if not any(cond in op.output for op in cond_body.op):
@@ -157,14 +162,18 @@ def add_while_op(
         if cond not in cout:
             cout.append(cond)
         ws_cond = _unique(net, f"{net.name}/workspace_loop_cond")
-        args.append(make_arg("cond_net", _wrapper("do_loop_condition_net",
-                                                  do_op(cin, cout, ws_cond, cond_body))))
+        args.append(
+            make_arg(
+                "cond_net", _wrapper("do_loop_condition_net", do_op(cin, cout, ws_cond, cond_body))
+            )
+        )
         while_in += [n for n in cin + [ws_cond] if n not in while_in]
         while_out += [n for n in cout + [ws_cond] if n not in while_out]
         ops.append(make_op("CreateScope", [], [ws_cond]))
     if cond not in scope:
-        ops.append(make_op("ConstantFill", [], [cond],
-                           [make_arg("dtype", BOOL), make_arg("value", 0)]))
+        ops.append(
+            make_op("ConstantFill", [], [cond], [make_arg("dtype", BOOL), make_arg("value", 0)])
+        )
     ops.append(make_op("While", while_in, while_out, args))
     net.op.extend(ops)
     net.external_output.extend(while_out)
@@ -182,9 +191,7 @@ class Builder:
         return list(dict.fromkeys(self.initial + used_names(self.net)))
 
     def op(self, op_type: str, ins: Sequence[str], outs: Sequence[str], **args: Any) -> str:
-        self.net.op.append(
-            make_op(op_type, ins, outs, [make_arg(k, v) for k, v in args.items()])
-        )
+        self.net.op.append(make_op(op_type, ins, outs, [make_arg(k, v) for k, v in args.items()]))
         return outs[0] if outs else ""
 
     def const(self, value: float | int | bool, out: str, dtype: int = INT32) -> str:
@@ -218,11 +225,18 @@ def do_op_net() -> NetDef:
     sub.op("Add", ["X", "Y"], ["Z"])
     net = NetDef(name="net")
     net.op.append(make_op("CreateScope", [], ["W"]))
-    net.op.append(make_op("Do", ["outer_X", "outer_Y", "W"], ["outer_Z", "W"], [
-        make_arg("net", sub.net),
-        make_arg("inner_blobs", ["X", "Y", "Z"]),
-        make_arg("outer_blobs_idx", [0, 1, 2]),
-    ]))
+    net.op.append(
+        make_op(
+            "Do",
+            ["outer_X", "outer_Y", "W"],
+            ["outer_Z", "W"],
+            [
+                make_arg("net", sub.net),
+                make_arg("inner_blobs", ["X", "Y", "Z"]),
+                make_arg("outer_blobs_idx", [0, 1, 2]),
+            ],
+        )
+    )
     return net
 
 
@@ -235,13 +249,31 @@ def reuse_workspace_net() -> NetDef:
     sub.op("Add", ["X", "Y"], ["Z"])
     net = NetDef(name="net")
     net.op.append(make_op("CreateScope", [], ["W"]))
-    net.op.append(make_op("Do", ["W"], ["W"], [
-        make_arg("net", init.net), make_arg("inner_blobs", []), make_arg("outer_blobs_idx", []),
-    ]))
-    net.op.append(make_op("Do", ["W"], ["outer_Z", "W"], [
-        make_arg("net", sub.net), make_arg("inner_blobs", ["Z"]),
-        make_arg("outer_blobs_idx", [0]), make_arg("reuse_workspace", 1),
-    ]))
+    net.op.append(
+        make_op(
+            "Do",
+            ["W"],
+            ["W"],
+            [
+                make_arg("net", init.net),
+                make_arg("inner_blobs", []),
+                make_arg("outer_blobs_idx", []),
+            ],
+        )
+    )
+    net.op.append(
+        make_op(
+            "Do",
+            ["W"],
+            ["outer_Z", "W"],
+            [
+                make_arg("net", sub.net),
+                make_arg("inner_blobs", ["Z"]),
+                make_arg("outer_blobs_idx", [0]),
+                make_arg("reuse_workspace", 1),
+            ],
+        )
+    )
     return net
 
 
@@ -265,8 +297,9 @@ def brew_loop_net() -> NetDef:
     cond.op("LT", ["counter", "TEN"], ["tmp"])
     cond.op("Copy", ["tmp"], ["cond"])
     net = NetDef(name="model")
-    add_while_op(net, "cond", ["cond", "ONE", "TWO", "TEN", "counter", "output_blob"],
-                 body.net, cond.net)
+    add_while_op(
+        net, "cond", ["cond", "ONE", "TWO", "TEN", "counter", "output_blob"], body.net, cond.net
+    )
     return net
 
 
@@ -362,39 +395,59 @@ def forward_cases() -> list[ConformanceCase]:
     f32 = np.float32
     cases = [
         ConformanceCase(
-            "do_op", do_op_net(),
+            "do_op",
+            do_op_net(),
             {"outer_X": _arr([1, 2], f32), "outer_Y": _arr([3, 4], f32)},
             {"outer_Z": [4, 6]},
         ),
-        ConformanceCase("reuse_workspace", reuse_workspace_net(), {}, {"outer_Z": [3]},
-                        absent=("X", "Y", "Z")),
+        ConformanceCase(
+            "reuse_workspace", reuse_workspace_net(), {}, {"outer_Z": [3]}, absent=("X", "Y", "Z")
+        ),
     ]
     for cond, want in ((True, 1), (False, 2)):
-        cases.append(ConformanceCase(
-            f"brew_cond_{cond}", brew_cond_net(),
-            {"cond": _arr(cond, bool), "then_value": _arr(1, np.int64),
-             "else_value": _arr(2, np.int64)},
-            {"output_blob": want},
-        ))
-    cases.append(ConformanceCase(
-        "brew_loop", brew_loop_net(),
-        {"cond": _arr(True, bool), "ONE": _arr(1, np.int64), "TWO": _arr(2, np.int64),
-         "TEN": _arr(10, np.int64), "counter": _arr(0, np.int64),
-         "output_blob": _arr(0, np.int64)},
-        {"output_blob": 18, "counter": 10},
-        absent=("tmp",),
-    ))
+        cases.append(
+            ConformanceCase(
+                f"brew_cond_{cond}",
+                brew_cond_net(),
+                {
+                    "cond": _arr(cond, bool),
+                    "then_value": _arr(1, np.int64),
+                    "else_value": _arr(2, np.int64),
+                },
+                {"output_blob": want},
+            )
+        )
+    cases.append(
+        ConformanceCase(
+            "brew_loop",
+            brew_loop_net(),
+            {
+                "cond": _arr(True, bool),
+                "ONE": _arr(1, np.int64),
+                "TWO": _arr(2, np.int64),
+                "TEN": _arr(10, np.int64),
+                "counter": _arr(0, np.int64),
+                "output_blob": _arr(0, np.int64),
+            },
+            {"output_blob": 18, "counter": 10},
+            absent=("tmp",),
+        )
+    )
     cases.append(ConformanceCase("while_net", while_net(), {}, {"x": [7], "y": [21]}))
-    cases.append(ConformanceCase("tutorial_while", tutorial_while_net(), {},
-                                 {"i": [8], "y": [28]}))
-    cases.append(ConformanceCase(
-        "if_net", if_net(), {},
-        {"first_res": [1], "second_res": [2], "y0": [1000], "y1": [101], "y2": [108]},
-        absent=("local_blob", "c100", "c100_b", "c901", "eq", "gt"),
-    ))
+    cases.append(ConformanceCase("tutorial_while", tutorial_while_net(), {}, {"i": [8], "y": [28]}))
+    cases.append(
+        ConformanceCase(
+            "if_net",
+            if_net(),
+            {},
+            {"first_res": [1], "second_res": [2], "y0": [1000], "y1": [101], "y2": [108]},
+            absent=("local_blob", "c100", "c100_b", "c901", "eq", "gt"),
+        )
+    )
     for x, z in ((0.5, 16.0), (-0.5, 64.0)):
-        cases.append(ConformanceCase(f"if_tutorial_{x}", if_tutorial_net(),
-                                     {"x": _arr(x, f32)}, {"z": [z]}))
+        cases.append(
+            ConformanceCase(f"if_tutorial_{x}", if_tutorial_net(), {"x": _arr(x, f32)}, {"z": [z]})
+        )
     return cases
 
 

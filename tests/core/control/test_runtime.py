@@ -122,11 +122,19 @@ def test_has_scope_reports_pushed_workspaces() -> None:
 
 
 # --- Do -------------------------------------------------------------------------------------
-def _do(ins: list[str], outs: list[str], inner: list[str], idx: list[int]) -> caffe2_pb2.OperatorDef:
-    return make_op("Do", ins, outs, [
-        make_arg("net", NetDef(name="s")), make_arg("inner_blobs", inner),
-        make_arg("outer_blobs_idx", idx),
-    ])
+def _do(
+    ins: list[str], outs: list[str], inner: list[str], idx: list[int]
+) -> caffe2_pb2.OperatorDef:
+    return make_op(
+        "Do",
+        ins,
+        outs,
+        [
+            make_arg("net", NetDef(name="s")),
+            make_arg("inner_blobs", inner),
+            make_arg("outer_blobs_idx", idx),
+        ],
+    )
 
 
 @pytest.mark.parametrize(
@@ -194,12 +202,19 @@ def _grad_branch(ws: str, scale: float) -> NetDef:
     inner = Builder("inner_grad")
     inner.op("Scale", ["y/_DO_OPERATOR_INNER_GRAD_"], ["x_grad"], scale=scale)
     inner.op("Copy", ["x_grad"], ["x/_DO_OPERATOR_INNER_GRAD_COPY_"])
-    do = make_op("Do", ["y_grad", ws], ["x_grad", ws], [
-        make_arg("net", inner.net),
-        make_arg("inner_blobs", ["x/_DO_OPERATOR_INNER_GRAD_COPY_", "y/_DO_OPERATOR_INNER_GRAD_"]),
-        make_arg("outer_blobs_idx", [1, 0]),
-        make_arg("saved_fwd_blobs", []),
-    ])
+    do = make_op(
+        "Do",
+        ["y_grad", ws],
+        ["x_grad", ws],
+        [
+            make_arg("net", inner.net),
+            make_arg(
+                "inner_blobs", ["x/_DO_OPERATOR_INNER_GRAD_COPY_", "y/_DO_OPERATOR_INNER_GRAD_"]
+            ),
+            make_arg("outer_blobs_idx", [1, 0]),
+            make_arg("saved_fwd_blobs", []),
+        ],
+    )
     do.is_gradient_op = True
     net = NetDef(name="grad_branch")
     net.op.append(do)
@@ -210,10 +225,15 @@ def _if_with_gradient() -> NetDef:
     net = NetDef(name="if_net")
     add_if_op(net, "cond", ["cond", "x", "y"], _scale_branch(2.0), _scale_branch(3.0))
     wt, we = net.op[0].output[0], net.op[1].output[0]
-    grad_if = make_op("If", ["cond", "y_grad", wt, we], ["x_grad", wt, we], [
-        make_arg("then_net", _grad_branch(wt, 2.0)),
-        make_arg("else_net", _grad_branch(we, 3.0)),
-    ])
+    grad_if = make_op(
+        "If",
+        ["cond", "y_grad", wt, we],
+        ["x_grad", wt, we],
+        [
+            make_arg("then_net", _grad_branch(wt, 2.0)),
+            make_arg("else_net", _grad_branch(we, 3.0)),
+        ],
+    )
     grad_if.is_gradient_op = True
     net.op.append(grad_if)
     return net

@@ -43,7 +43,8 @@ def test_forward_case(case: ConformanceCase, runner: Runner) -> None:
         assert name in blobs, f"{case.name}: {name} missing; have {sorted(blobs)}"
         got: Any = blobs[name]
         np.testing.assert_array_equal(
-            np.asarray(got).reshape(-1), np.asarray(want).reshape(-1),
+            np.asarray(got).reshape(-1),
+            np.asarray(want).reshape(-1),
             err_msg=f"{case.name}: {name}",
         )
     for name in case.absent:

@@ -22,7 +22,9 @@ def _net(*ops: caffe2_pb2.OperatorDef) -> NetDef:
 
 
 def test_runs_ops_in_order_and_returns_tensors() -> None:
-    net = _net(make_op("Relu", ["x"], ["r"]), make_op("Scale", ["r"], ["y"], [make_arg("scale", 3.0)]))
+    net = _net(
+        make_op("Relu", ["x"], ["r"]), make_op("Scale", ["r"], ["y"], [make_arg("scale", 3.0)])
+    )
     x = np.array([-1.0, 2.0])
     out = execute(net, {"x": x})
     np.testing.assert_allclose(out["y"], [0.0, 6.0])
@@ -54,8 +56,9 @@ def test_unknown_op_type_names_index_and_type() -> None:
 
 
 def test_huge_constant_fill_fails_fast_with_a_clear_error() -> None:
-    net = _net(make_op("ConstantFill", [], ["big"], [make_arg("shape", [10**12]),
-                                                     make_arg("value", 1.0)]))
+    net = _net(
+        make_op("ConstantFill", [], ["big"], [make_arg("shape", [10**12]), make_arg("value", 1.0)])
+    )
     with pytest.raises(LimitExceededError, match="1000000000000 elements") as info:
         execute(net, {})
     assert info.value.problems[0].op_type == "ConstantFill"
@@ -101,9 +104,14 @@ def test_non_numeric_feeds_are_refused() -> None:
 
 def test_observer_sees_inputs_before_an_in_place_op() -> None:
     seen: list[tuple[str, np.ndarray]] = []
-    net = _net(make_op("Relu", ["x"], ["x"]), make_op("Scale", ["x"], ["x"], [make_arg("scale", 2.0)]))
-    out = execute(net, {"x": np.array([-1.0, 3.0])},
-                  observer=lambda op, ins, path: seen.append((path, ins[0].copy())))
+    net = _net(
+        make_op("Relu", ["x"], ["x"]), make_op("Scale", ["x"], ["x"], [make_arg("scale", 2.0)])
+    )
+    out = execute(
+        net,
+        {"x": np.array([-1.0, 3.0])},
+        observer=lambda op, ins, path: seen.append((path, ins[0].copy())),
+    )
     assert [p for p, _ in seen] == ["op[0]:Relu", "op[1]:Scale"]
     np.testing.assert_allclose(seen[0][1], [-1.0, 3.0])  # snapshot before Relu(x -> x)
     np.testing.assert_allclose(out["x"], [0.0, 6.0])

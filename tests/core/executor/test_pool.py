@@ -46,14 +46,19 @@ def _worker_limits() -> RunLimits:
 
 
 def _infinite_while_feeds() -> dict[str, np.ndarray]:
-    return {"cond": np.array(True), "ONE": np.array(0), "TWO": np.array(2),
-            "TEN": np.array(10), "counter": np.array(0), "output_blob": np.array(0)}
+    return {
+        "cond": np.array(True),
+        "ONE": np.array(0),
+        "TWO": np.array(2),
+        "TEN": np.array(10),
+        "counter": np.array(0),
+        "output_blob": np.array(0),
+    }
 
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
-    limits = RunLimits(wall_clock_s=LIMIT_S, memory_bytes=1024**3,
-                       max_loop_iterations=10**12)
+    limits = RunLimits(wall_clock_s=LIMIT_S, memory_bytes=1024**3, max_loop_iterations=10**12)
     with WorkerPool(2, limits) as p:
         yield p
 

@@ -13,7 +13,14 @@ from core.errors import InvalidRequestError
 from core.executor.executor import execute
 from core.executor.limits import RunLimits
 from core.executor.pool import WorkerPool
-from core.registry import GradientMaker, make_arg, make_op, register_gradient, register_kernel, schema
+from core.registry import (
+    GradientMaker,
+    make_arg,
+    make_op,
+    register_gradient,
+    register_kernel,
+    schema,
+)
 from core.verify import (
     InputSpec,
     RandomSpec,
@@ -104,7 +111,9 @@ def test_correct_gradients_pass(mode: str) -> None:
 
 def test_in_place_op_input_is_snapshotted() -> None:
     # bug-cases row 11: Relu(X -> X) must be checked against the X fed, not the Relu output
-    net = _net(make_op("Relu", ["X"], ["X"]), make_op("Scale", ["X"], ["Y"], [make_arg("scale", 3.0)]))
+    net = _net(
+        make_op("Relu", ["X"], ["X"]), make_op("Scale", ["X"], ["Y"], [make_arg("scale", 3.0)])
+    )
     opts = VerifyOptions(inputs=[_rand("X", [6], "away_from_zero")], mode="full", seed=SEED)
     res = verify_net(net, ["Y"], opts)
     assert res.report.passed, res.report
@@ -112,8 +121,9 @@ def test_in_place_op_input_is_snapshotted() -> None:
 
 def test_input_without_gradient_is_checked_as_zero() -> None:
     net = _net(make_op("Relu", ["x"], ["y"]), make_op("Relu", ["unused"], ["u"]))
-    opts = VerifyOptions(inputs=[_rand("x", [3], "away_from_zero"), _rand("unused", [2])],
-                         seed=SEED)
+    opts = VerifyOptions(
+        inputs=[_rand("x", [3], "away_from_zero"), _rand("unused", [2])], seed=SEED
+    )
     res = verify_net(net, ["y"], opts)
     by = {b.blob: b for b in res.report.blobs}
     assert by["unused"].passed and by["unused"].gradient is None
@@ -121,10 +131,17 @@ def test_input_without_gradient_is_checked_as_zero() -> None:
 
 
 def test_float32_outputs_get_a_larger_step_and_a_warning() -> None:
-    net = _net(make_op("ConstantFill", [], ["c"], [make_arg("shape", [3]), make_arg("value", 2.0)]),
-               make_op("Mul", ["x", "c"], ["y"]))
-    opts = VerifyOptions(inputs=[InputSpec("x", random=RandomSpec([3], "float32"))],
-                         cast_float64=False, atol=1e-3, rtol=1e-2, seed=SEED)
+    net = _net(
+        make_op("ConstantFill", [], ["c"], [make_arg("shape", [3]), make_arg("value", 2.0)]),
+        make_op("Mul", ["x", "c"], ["y"]),
+    )
+    opts = VerifyOptions(
+        inputs=[InputSpec("x", random=RandomSpec([3], "float32"))],
+        cast_float64=False,
+        atol=1e-3,
+        rtol=1e-2,
+        seed=SEED,
+    )
     res = verify_net(net, ["y"], opts)
     assert res.report.step == 1e-3
     assert any(d.code == "low_precision_output" for d in res.diagnostics)
@@ -145,9 +162,11 @@ def _wrong_triple_grad(m: GradientMaker) -> list[caffe2_pb2.OperatorDef]:
 
 @pytest.mark.parametrize("mode", ["fast", "full"])
 def test_a_wrong_gradient_is_caught_and_named(mode: str) -> None:
-    net = _net(make_op("TestOnlyWrongTriple", ["a"], ["ya"]),
-               make_op("Sigmoid", ["b"], ["yb"]),
-               make_op("Add", ["ya", "yb"], ["y"]))
+    net = _net(
+        make_op("TestOnlyWrongTriple", ["a"], ["ya"]),
+        make_op("Sigmoid", ["b"], ["yb"]),
+        make_op("Add", ["ya", "yb"], ["y"]),
+    )
     opts = VerifyOptions(inputs=[_rand("a", [4]), _rand("b", [4])], mode=mode, seed=SEED)
     res = verify_net(net, ["y"], opts)
     by = {b.blob: b for b in res.report.blobs}
@@ -161,7 +180,9 @@ def test_a_wrong_gradient_is_caught_and_named(mode: str) -> None:
 
 
 def test_tampered_gradient_ops_are_caught() -> None:
-    net = _net(make_op("Scale", ["x"], ["h"], [make_arg("scale", 2.0)]), make_op("Tanh", ["h"], ["y"]))
+    net = _net(
+        make_op("Scale", ["x"], ["h"], [make_arg("scale", 2.0)]), make_op("Tanh", ["h"], ["y"])
+    )
     gen = gradient_for_net(net, {"y": "y_grad"})
     tampered = [caffe2_pb2.OperatorDef() for _ in gen.grad_ops]
     for t, g in zip(tampered, gen.grad_ops, strict=True):
@@ -179,8 +200,11 @@ def test_tampered_gradient_ops_are_caught() -> None:
 # --- non-differentiable points -------------------------------------------------------------
 def test_relu_at_zero_is_reported_not_silently_failed() -> None:
     net = _net(make_op("Relu", ["x"], ["y"]))
-    opts = VerifyOptions(inputs=[InputSpec("x", tensor=TensorSpec([3], "float64", [0.0, 1.0, -1.0]))],
-                         mode="full", seed=SEED)
+    opts = VerifyOptions(
+        inputs=[InputSpec("x", tensor=TensorSpec([3], "float64", [0.0, 1.0, -1.0]))],
+        mode="full",
+        seed=SEED,
+    )
     res = verify_net(net, ["y"], opts)
     report = res.report.blobs[0]
     assert report.nondifferentiable
@@ -194,13 +218,18 @@ def test_maxpool_ties_are_reported() -> None:
     x = np.arange(16, dtype=np.float64).reshape(1, 1, 4, 4)
     x[0, 0, 0, 0] = x[0, 0, 1, 1] = 100.0  # a tie in the first 2x2 window
     pool = make_op("MaxPool", ["x"], ["y"], [make_arg("kernel", 2), make_arg("stride", 2)])
-    res = verify_net(_net(pool), ["y"],
-                     VerifyOptions(inputs=[InputSpec.from_array("x", x)], seed=SEED))
+    res = verify_net(
+        _net(pool), ["y"], VerifyOptions(inputs=[InputSpec.from_array("x", x)], seed=SEED)
+    )
     kinks = [d for d in res.diagnostics if d.code == "nondifferentiable_point"]
     assert len(kinks) == 1 and "1 window ties" in kinks[0].message
-    res = verify_net(_net(pool), ["y"],
-                     VerifyOptions(inputs=[InputSpec.from_array("x", np.arange(16.0).reshape(1, 1, 4, 4))],
-                                   seed=SEED))
+    res = verify_net(
+        _net(pool),
+        ["y"],
+        VerifyOptions(
+            inputs=[InputSpec.from_array("x", np.arange(16.0).reshape(1, 1, 4, 4))], seed=SEED
+        ),
+    )
     assert not any(d.code == "nondifferentiable_point" for d in res.diagnostics)
     assert res.report.passed
 
@@ -230,8 +259,9 @@ def test_if_gradient_verifies(cond: bool) -> None:
     else_.op("Sigmoid", ["x"], ["y"])
     net = NetDef(name="if_net")
     add_if_op(net, "cond", ["cond", "x", "y"], then.net, else_.net)
-    opts = VerifyOptions(inputs=[_scalar("cond", "bool", cond), _rand("x", [4])], mode="full",
-                         seed=SEED)
+    opts = VerifyOptions(
+        inputs=[_scalar("cond", "bool", cond), _rand("x", [4])], mode="full", seed=SEED
+    )
     res = verify_net(net, ["y"], opts)
     assert res.report.passed, res.report
 
@@ -245,9 +275,15 @@ def test_while_gradient_verifies() -> None:
     add_while_op(net, "cond", ["cond", "x", "n", "one", "three"], body.net)
     net.op.append(make_op("Tanh", ["x"], ["y"]))
     opts = VerifyOptions(
-        inputs=[_scalar("cond", "bool", True), _scalar("n", "int64", 0),
-                _scalar("one", "int64", 1), _scalar("three", "int64", 3), _rand("x", [3])],
-        mode="full", seed=SEED,
+        inputs=[
+            _scalar("cond", "bool", True),
+            _scalar("n", "int64", 0),
+            _scalar("one", "int64", 1),
+            _scalar("three", "int64", 3),
+            _rand("x", [3]),
+        ],
+        mode="full",
+        seed=SEED,
     )
     res = verify_net(net, ["y"], opts)
     assert res.report.passed, res.report
