@@ -608,10 +608,29 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         if lg is not None and lg != g:
             cond_net.op.append(make_op("Copy", [lg], [str(g)]))
             init_ops.append(make_op("Copy", [str(g)], [lg]))
+    loop_ops = list(sub.ops)
+    # Loop-invariant inputs (read by every iteration, never written by the loop) receive
+    # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
+    # only the first iteration's contribution survived; netgrad sums them: zeros before the
+    # loop, then Sum after each iteration's gradient Do.
+    carried = set(op.output)
+    seed_names = {str(g) for g in seeds.values()}
+    for blob in dict.fromkeys(op.input[1:]):
+        lg = sub.grad_map.get(blob)
+        if lg is None or blob in carried or lg in seed_names:
+            continue
+        step = f"_{lg}_while_iteration"
+        for gop in loop_ops:
+            for j, out in enumerate(gop.output):
+                if out == lg:
+                    rename_control_output(gop, j, step)
+        init_ops.append(make_op("ConstantFill", [blob], [lg], [make_arg("value", 0.0)]))
+        loop_ops.append(make_op("Sum", [lg, step], [lg]))
+    loop_in, loop_out = _io_names(loop_ops)
     grad = _gradient_control_op(op)
-    grad.input.extend([cond_blob, *sub.inputs])
-    grad.output.extend(sub.outputs)
-    _put_net(grad, "loop_net", sub.header, sub.ops)
+    grad.input.extend([cond_blob, *loop_in])
+    grad.output.extend(loop_out)
+    _put_net(grad, "loop_net", sub.header, loop_ops)
     grad.arg.append(make_arg("cond_net", cond_net))
     m.g_input = [sub.grad_map.get(i) if k else None for k, i in enumerate(op.input)]
     env.warn(

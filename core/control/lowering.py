@@ -177,3 +177,19 @@ def add_while_op(
         while_net.op.append(make_op("CreateScope", [], [ws]))
     while_net.op.append(make_op("While", inputs, outputs, args))
     while_net.external_output.extend(outputs)
+
+
+def add_do_op(net: NetDef, lexical_scope: Iterable[str], body: NetDef) -> None:
+    """Append ``CreateScope`` and a ``Do`` running ``body`` in its own workspace to ``net``.
+
+    Bindings are the identity over ``body``'s external blobs, as in the branch wrappers of
+    :func:`add_if_op`.
+
+    Raises:
+        InvalidNetError: ``body`` reads a blob outside ``lexical_scope``.
+    """
+    ins, outs = external_blob_names(body, lexical_scope)
+    ws = _scoped_blob(net, (net.name or "net") + "/workspace_do")
+    wrapper = _do_wrapper("do_net", body, ins, outs, ws)
+    net.op.append(make_op("CreateScope", [], [ws]))
+    net.op.extend(wrapper.op)

@@ -258,9 +258,14 @@ class WorkerPool:
                 exception, or the pool is closed.
             NetgradError: any netgrad error the job raised, same type and problems.
         """
-        if self._closed:
-            raise ExecutionError("worker pool is closed")
-        w = self._idle.get()
+        while True:  # wait for an idle worker, noticing a close() meanwhile
+            if self._closed:
+                raise ExecutionError("worker pool is closed")
+            try:
+                w = self._idle.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
         try:
             for _attempt in range(2):  # one retry if an idle worker turned out dead
                 if w.alive() and w.wait_ready():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, InvalidRequestError, LimitExceededError
 from core.executor.executor import REFUSED_OP_TYPES, execute
 from core.executor.limits import RunLimits
-from core.registry import make_arg, make_op, register_kernel
+from core.registry import REGISTRY, make_arg, make_op, register_kernel
 from tests.conformance.cases import Builder, add_if_op, add_while_op
 
 NetDef = caffe2_pb2.NetDef
@@ -64,13 +66,19 @@ def test_huge_constant_fill_fails_fast_with_a_clear_error() -> None:
     assert info.value.problems[0].op_type == "ConstantFill"
 
 
-@register_kernel("TestOnlyGrow")
 def _grow(op: caffe2_pb2.OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.zeros(inputs[0].size * 10)]
 
 
-def test_output_element_cap_applies_to_every_kernel() -> None:
-    net = _net(make_op("TestOnlyGrow", ["x"], ["y"]))
+@pytest.fixture
+def grow_op() -> Iterator[str]:
+    register_kernel("TestOnlyGrow")(_grow)  # test-only; removed again below
+    yield "TestOnlyGrow"
+    REGISTRY.pop("TestOnlyGrow", None)
+
+
+def test_output_element_cap_applies_to_every_kernel(grow_op: str) -> None:
+    net = _net(make_op(grow_op, ["x"], ["y"]))
     assert execute(net, {"x": np.zeros(5)}, RunLimits(max_elements=50))["y"].size == 50
     with pytest.raises(LimitExceededError, match="output 'y' of TestOnlyGrow") as info:
         execute(net, {"x": np.zeros(6)}, RunLimits(max_elements=50))

@@ -150,3 +150,18 @@ def test_closed_pool_refuses_jobs() -> None:
     p.close()
     with pytest.raises(ExecutionError, match="closed"):
         p.submit(_sleep, 0.0)
+
+
+def test_huge_fill_fails_fast_in_a_worker(pool: WorkerPool) -> None:
+    from api_schemas import caffe2_pb2
+    from core.registry import make_arg, make_op
+
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.append(
+        make_op("ConstantFill", [], ["big"], [make_arg("shape", [10**12]), make_arg("value", 1.0)])
+    )
+    start = time.monotonic()
+    with pytest.raises(LimitExceededError, match="elements") as info:
+        pool.submit(execute, net, {})
+    assert time.monotonic() - start < LIMIT_S  # refused before allocating, not timed out
+    assert info.value.problems[0].op_type == "ConstantFill"

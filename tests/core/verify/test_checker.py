@@ -14,6 +14,7 @@ from core.executor.executor import execute
 from core.executor.limits import RunLimits
 from core.executor.pool import WorkerPool
 from core.registry import (
+    REGISTRY,
     GradientMaker,
     make_arg,
     make_op,
@@ -150,20 +151,28 @@ def test_float32_outputs_get_a_larger_step_and_a_warning() -> None:
 
 # --- testing the tester --------------------------------------------------------------------
 # A test-only op whose registered gradient is deliberately wrong: y = 3x, but dx = 2·dy.
-@register_kernel("TestOnlyWrongTriple")
+# Registered for the duration of one test only (the registry is process-global).
 def _triple(op: caffe2_pb2.OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [3 * inputs[0]]
 
 
-@register_gradient("TestOnlyWrongTriple", op_schema=schema(1, 1), copy_arguments=False)
 def _wrong_triple_grad(m: GradientMaker) -> list[caffe2_pb2.OperatorDef]:
     return [m.make_op("Scale", [m.GO(0)], [m.GI(0)], [make_arg("scale", 2.0)])]
 
 
+@pytest.fixture
+def wrong_triple() -> Iterator[str]:
+    op_type = "TestOnlyWrongTriple"
+    register_kernel(op_type)(_triple)
+    register_gradient(op_type, op_schema=schema(1, 1), copy_arguments=False)(_wrong_triple_grad)
+    yield op_type
+    REGISTRY.pop(op_type, None)
+
+
 @pytest.mark.parametrize("mode", ["fast", "full"])
-def test_a_wrong_gradient_is_caught_and_named(mode: str) -> None:
+def test_a_wrong_gradient_is_caught_and_named(mode: str, wrong_triple: str) -> None:
     net = _net(
-        make_op("TestOnlyWrongTriple", ["a"], ["ya"]),
+        make_op(wrong_triple, ["a"], ["ya"]),
         make_op("Sigmoid", ["b"], ["yb"]),
         make_op("Add", ["ya", "yb"], ["y"]),
     )
