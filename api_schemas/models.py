@@ -68,17 +68,22 @@ class TensorModel(_Strict):
     """An explicit input tensor: ``shape``, ``dtype`` and row-major ``data``."""
 
     shape: list[int]
-    dtype: Literal["float32", "float64", "int32", "int64", "bool"] = "float32"
+    dtype: Literal["float32", "float64", "int32", "int64", "bool"] = "float64"
     data: list[float]
 
 
 class RandomSpecModel(_Strict):
-    """A random input tensor drawn with a fixed seed."""
+    """A random input tensor, reproducible from its seed.
+
+    ``uniform``: [low, high), default [-1, 1); ``normal``: standard normal, clipped to
+    [low, high] when given; ``positive``: uniform in [low, high), default [0.5, 2);
+    ``away_from_zero``: magnitude in [low, high), default [0.2, 1.5), random sign.
+    """
 
     shape: list[int]
-    dtype: Literal["float32", "float64", "int32", "int64", "bool"] = "float32"
-    distribution: Literal["uniform", "normal", "positive", "away_from_zero"] = "uniform"
-    seed: int = 0
+    dtype: Literal["float32", "float64", "int32", "int64", "bool"] = "float64"
+    distribution: Literal["uniform", "normal", "positive", "away_from_zero"] = "normal"
+    seed: int | None = Field(None, description="default: derived from the request seed")
     low: float | None = None
     high: float | None = None
 
@@ -92,7 +97,10 @@ class InputSpecModel(_Strict):
 
 
 class TolerancesModel(_Strict):
-    """Finite-difference step and comparison tolerances (``|a-n| <= atol + rtol*|n|``)."""
+    """Finite-difference step and tolerances: pass when ``|a - n| <= atol + rtol * |n|``.
+
+    Defaults: step 1e-6 (1e-3 when an output is not float64), atol 1e-5, rtol 1e-3.
+    """
 
     step: float | None = None
     atol: float | None = None
@@ -108,8 +116,8 @@ class VerifyOptionsModel(_Strict):
     check: list[str] = Field(
         default_factory=list, description="blobs to check; empty = every fed float input"
     )
-    passes: int | None = Field(None, description="fast mode: number of random projections")
-    seed: int | None = None
+    passes: int | None = Field(None, description="fast mode: random directions per input (3)")
+    seed: int | None = Field(None, description="seed of output weights and directions (0)")
 
 
 class OpGradientRequest(_Strict):
@@ -142,25 +150,40 @@ class NetGradientRequest(_Strict):
     )
 
 
+#: A float in a report; non-finite values are spelled as in protobuf's JSON mapping.
+ReportFloat = float | Literal["NaN", "Infinity", "-Infinity"] | None
+
+
 class BlobReportModel(_Strict):
     """Per-input verdict of a numeric gradient check."""
 
     blob: str
     passed: bool
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    worst_index: list[int] = Field(default_factory=list)
-    analytic: float | None = None
-    numeric: float | None = None
-    gradient: str | None = None
+    max_abs_error: ReportFloat = None
+    max_rel_error: ReportFloat = None
+    worst_index: list[int] = Field(
+        default_factory=list, description="element with the largest error (full mode)"
+    )
+    analytic: ReportFloat = Field(
+        None, description="value at the worst element (full) or worst direction (fast)"
+    )
+    numeric: ReportFloat = None
+    gradient: str | None = Field(None, description="gradient blob; null = none generated")
+    checked: int | None = Field(None, description="elements (full) or directions (fast); JSON only")
+    nondifferentiable: bool | None = Field(
+        None, description="the forward run met a kink (Relu at 0, MaxPool tie); JSON only"
+    )
     note: str | None = None
 
 
 class VerifyReportModel(_Strict):
-    """Outcome of a numeric gradient check."""
+    """Outcome of a numeric gradient check (``step``/``atol``/``rtol`` as used; JSON only)."""
 
     passed: bool
     mode: str
+    step: ReportFloat = None
+    atol: ReportFloat = None
+    rtol: ReportFloat = None
     blobs: list[BlobReportModel]
     diagnostics: list[DiagnosticModel] = Field(default_factory=list)
 

@@ -43,6 +43,9 @@ Arguments holding non-UTF-8 bytes can only travel as binary protobuf. int64 fiel
 **Errors** are RFC 9457 `application/problem+json` documents whose `errors` list names every
 offending op (op index, op type, sub-net path such as `op[3]:If/then_net/op[0]:Do/net`).
 
+**Verification** (`/v1/verify`) runs in worker processes (`NETGRAD_WORKERS`, 503 when 0)
+under per-job wall-clock, memory, tensor-size and loop-iteration limits.
+
 **Limits.** Body size (`NETGRAD_MAX_BODY_BYTES`, 413) and sub-net nesting (`NETGRAD_MAX_DEPTH`,
 capped at {DECODER_MAX_DEPTH} by the protobuf decoders, 422).
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.protobuf import message
@@ -19,58 +19,15 @@ from pydantic import BaseModel, ValidationError
 from api_schemas import caffe2_pb2, models, netgrad_pb2
 from app.api.negotiation import Body, Media, parse_json
 from app.errors import validation_problems
-from core.errors import DecodeError, InvalidRequestError
+from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
 from core.types import Diagnostic, GradientSlice, GradValue
+from core.verify import InputSpec, RandomSpec, TensorSpec, VerifyOptions
 
 M = TypeVar("M", bound=message.Message)
 P = TypeVar("P", bound=BaseModel)
 
 Ys = list[str] | dict[str, GradValue]
-
-
-@dataclass
-class TensorSpec:
-    """An explicit input tensor (``shape``, ``dtype``, row-major ``data``)."""
-
-    shape: list[int]
-    dtype: str
-    data: list[float]
-
-
-@dataclass
-class RandomSpec:
-    """A random input tensor (``shape``, ``dtype``, ``distribution``, ``seed``, bounds)."""
-
-    shape: list[int]
-    dtype: str = "float32"
-    distribution: str = "uniform"
-    seed: int = 0
-    low: float | None = None
-    high: float | None = None
-
-
-@dataclass
-class InputSpec:
-    """One fed blob: exactly one of ``tensor`` / ``random``."""
-
-    blob: str
-    tensor: TensorSpec | None = None
-    random: RandomSpec | None = None
-
-
-@dataclass
-class VerifySpec:
-    """Verification options as sent by the client (``None`` = engine default)."""
-
-    inputs: list[InputSpec] = field(default_factory=list)
-    mode: str = "fast"
-    step: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    check: list[str] = field(default_factory=list)
-    passes: int | None = None
-    seed: int | None = None
 
 
 @dataclass
@@ -89,7 +46,7 @@ class NetRequest:
     ys: Ys
     skip: int = 0
     return_net: bool = False
-    verify: VerifySpec | None = None
+    verify: VerifyOptions | None = None
     grad_ops: list[caffe2_pb2.OperatorDef] | None = None
 
 
@@ -105,6 +62,10 @@ def _json_model(data: bytes, model: type[P]) -> P:
         raise DecodeError.at(
             f"JSON body holds a string that is not valid UTF-8 ({exc.reason})",
             code="invalid_utf8",
+        ) from exc
+    except RecursionError as exc:
+        raise LimitExceededError.at(
+            "JSON body is nested too deeply", code="nesting_too_deep"
         ) from exc
     try:
         return model.model_validate(obj)
@@ -166,62 +127,77 @@ def _ys_from_pb(entries: Sequence[netgrad_pb2.GradientMapEntry]) -> Ys:
     return {e.blob: _grad_from_pb(e.gradient) for e in entries}
 
 
-def _verify_from_json(v: models.VerifyOptionsModel | models.VerifyRequest) -> VerifySpec:
-    tol = v.tolerances
-    return VerifySpec(
-        inputs=[
-            InputSpec(
-                i.blob,
-                TensorSpec(list(i.tensor.shape), i.tensor.dtype, list(i.tensor.data))
-                if i.tensor
-                else None,
-                RandomSpec(**i.random.model_dump()) if i.random else None,
-            )
-            for i in v.inputs
-        ],
-        mode=v.mode,
-        step=tol.step if tol else None,
-        atol=tol.atol if tol else None,
-        rtol=tol.rtol if tol else None,
-        check=list(v.check),
-        passes=v.passes,
-        seed=v.seed,
+def _options(
+    inputs: list[InputSpec],
+    mode: str,
+    step: float | None,
+    atol: float | None,
+    rtol: float | None,
+    check: list[str],
+    passes: int | None,
+    seed: int | None,
+) -> VerifyOptions:
+    defaults = VerifyOptions()
+    return VerifyOptions(
+        inputs=inputs,
+        mode=mode,
+        step=step,
+        atol=defaults.atol if atol is None else atol,
+        rtol=defaults.rtol if rtol is None else rtol,
+        check=list(check) or None,
+        passes=defaults.passes if passes is None else passes,
+        seed=defaults.seed if seed is None else seed,
     )
+
+
+def _verify_from_json(v: models.VerifyOptionsModel | models.VerifyRequest) -> VerifyOptions:
+    inputs = [
+        InputSpec(
+            i.blob,
+            TensorSpec(list(i.tensor.shape), i.tensor.dtype, list(i.tensor.data))
+            if i.tensor
+            else None,
+            RandomSpec(**i.random.model_dump()) if i.random else None,
+        )
+        for i in v.inputs
+    ]
+    tol = v.tolerances or models.TolerancesModel()
+    return _options(inputs, v.mode, tol.step, tol.atol, tol.rtol, v.check, v.passes, v.seed)
 
 
 def _opt(msg: message.Message, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
-def _verify_from_pb(v: netgrad_pb2.VerifyOptions) -> VerifySpec:
+def _verify_from_pb(v: netgrad_pb2.VerifyOptions) -> VerifyOptions:
     inputs = []
     for i in v.inputs:
         kind = i.WhichOneof("kind")
         tensor = random = None
         if kind == "tensor":
             t = i.tensor
-            tensor = TensorSpec(list(t.shape), t.dtype or "float32", list(t.data))
+            tensor = TensorSpec(list(t.shape), t.dtype or "float64", list(t.data))
         elif kind == "random":
             r = i.random
             random = RandomSpec(
                 list(r.shape),
-                r.dtype or "float32",
-                r.distribution or "uniform",
-                r.seed,
+                r.dtype or "float64",
+                r.distribution or "normal",
+                _opt(r, "seed"),
                 _opt(r, "low"),
                 _opt(r, "high"),
             )
         inputs.append(InputSpec(i.blob, tensor, random))
     tol = v.tolerances
-    return VerifySpec(
-        inputs=inputs,
-        mode=v.mode or "fast",
-        step=_opt(tol, "step"),
-        atol=_opt(tol, "atol"),
-        rtol=_opt(tol, "rtol"),
-        check=list(v.check),
-        passes=_opt(v, "passes"),
-        seed=_opt(v, "seed"),
+    return _options(
+        inputs,
+        v.mode or "fast",
+        _opt(tol, "step"),
+        _opt(tol, "atol"),
+        _opt(tol, "rtol"),
+        list(v.check),
+        _opt(v, "passes"),
+        _opt(v, "seed"),
     )
 
 

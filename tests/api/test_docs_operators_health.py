@@ -46,8 +46,9 @@ def test_every_post_endpoint_has_a_runnable_example(client: TestClient) -> None:
         assert examples, path
         for ex in examples.values():
             r = client.post(path, json=ex["value"])
-            if path == "/v1/verify" and r.status_code == 501:
-                continue  # verification engine not built in this checkout
+            if path == "/v1/verify":  # this client has no worker pool: see test_verify.py
+                assert r.status_code == 503, r.text[:1000]
+                continue
             assert r.status_code == 200, (path, r.text[:1000])
 
 

@@ -43,8 +43,9 @@ def gradient_of_net(body: BodyDep, limits: LimitsDep, pool: PoolDep) -> Response
     req = wire.net_request(body, limits.max_depth)
     res = api.gradient_for_net(req.net, req.ys, req.skip, req.return_net, limits)
     report, diagnostics = None, list(res.diagnostics)
-    if req.verify is not None:
-        checked = run_verification(req, res.grad_ops, pool)
-        report, diagnostics = checked.report, diagnostics + checked.diagnostics
+    if req.verify is not None:  # the report covers these ops, seeded with explicit names
+        checked = run_verification(req, pool, known=diagnostics)
+        report = checked.report
+        diagnostics += [d for d in checked.diagnostics if d not in diagnostics]
     out = wire.net_response(res.grad_ops, res.grad_map, diagnostics, res.net, report, body.accept)
     return respond(body, *out)
