@@ -122,17 +122,24 @@ class GradientMaker:
             :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
     """
 
-    __slots__ = ("op", "g_output", "g_input", "env")
+    __slots__ = ("op", "g_output", "g_input", "env", "input_reads")
 
     def __init__(self, op: OperatorDef, g_output: Sequence[GradValue], env: Any) -> None:
         self.op = op
         self.g_output: Sequence[GradValue] = g_output
+        #: forward input positions whose *value* the gradient ops read (via ``I``)
+        self.input_reads: list[int] = []
         self.g_input: list[GradValue] = [None] * len(op.input)
         self.env = env
 
     # -- names -----------------------------------------------------------------
     def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
-        """Name of forward input ``i``."""
+        """Name of forward input ``i``; records that the gradient reads its input value.
+
+        For an in-place op the same name is also an output, and the backward pass must know
+        which version the gradient op wants (see ``core.ir.backward``).
+        """
+        self.input_reads.append(i)
         return self.op.input[i]
 
     def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
@@ -172,36 +179,36 @@ class GradientMaker:
 
     def GI(self, i: int) -> str:
         """Record and return the dense gradient name ``<input>_grad`` of input ``i``."""
-        name = self.I(i) + "_grad"
+        name = self.op.input[i] + "_grad"
         self.set_dense(i, name)
         return name
 
     def GI_I(self, i: int) -> str:
         """Record and return ``<input>_grad_indices`` (sparse gradient of input ``i``)."""
         cur = self.g_input[i]
-        vals = cur.values if isinstance(cur, GradientSlice) else self.I(i) + "_grad_values"
-        name = self.I(i) + "_grad_indices"
+        vals = cur.values if isinstance(cur, GradientSlice) else self.op.input[i] + "_grad_values"
+        name = self.op.input[i] + "_grad_indices"
         self.set_sparse(i, name, vals)
         return name
 
     def GI_V(self, i: int) -> str:
         """Record and return ``<input>_grad_values`` (sparse gradient of input ``i``)."""
         cur = self.g_input[i]
-        idx = cur.indices if isinstance(cur, GradientSlice) else self.I(i) + "_grad_indices"
-        name = self.I(i) + "_grad_values"
+        idx = cur.indices if isinstance(cur, GradientSlice) else self.op.input[i] + "_grad_indices"
+        name = self.op.input[i] + "_grad_values"
         self.set_sparse(i, idx, name)
         return name
 
     def set_dense(self, i: int, name: str) -> None:
         """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
         if isinstance(self.g_input[i], GradientSlice):
-            raise GradientError(f"Input {self.I(i)} already set to sparse.")
+            raise GradientError(f"Input {self.op.input[i]} already set to sparse.")
         self.g_input[i] = name
 
     def set_sparse(self, i: int, indices: str, values: str) -> None:
         """Record a sparse gradient ``GradientSlice(indices, values)`` for input ``i``."""
         if isinstance(self.g_input[i], str):
-            raise GradientError(f"Input {self.I(i)} already set to dense.")
+            raise GradientError(f"Input {self.op.input[i]} already set to dense.")
         self.g_input[i] = GradientSlice(indices, values)
 
     # -- arguments -------------------------------------------------------------
@@ -445,6 +452,14 @@ def get_kernel(op_type: str) -> KernelFn | None:
 def get_gradient_for_op(
     op: OperatorDef, g_output: Sequence[GradValue], env: Any = None
 ) -> tuple[list[OperatorDef], list[GradValue]]:
+    """Gradient ops and ``g_input`` of one forward op; see :func:`gradient_for_op_detailed`."""
+    ops, g_input, _ = gradient_for_op_detailed(op, g_output, env)
+    return ops, g_input
+
+
+def gradient_for_op_detailed(
+    op: OperatorDef, g_output: Sequence[GradValue], env: Any = None
+) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
     """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
 
     Args:
@@ -453,7 +468,9 @@ def get_gradient_for_op(
         env: generation environment passed to the maker (``core.ir.env.GenEnv``).
 
     Returns:
-        ``(grad_ops, g_input)`` with ``len(g_input) == len(op.input)``.
+        ``(grad_ops, g_input, input_reads)``: ``len(g_input) == len(op.input)``;
+        ``input_reads`` lists the forward input positions whose values the gradient ops
+        read (the maker asked for ``I(i)``).
 
     Raises:
         GradientNotDefinedError: no maker, ``SHOULD_NOT_DIFFERENTIATE`` or ``NOT_IMPLEMENTED``.
@@ -463,7 +480,7 @@ def get_gradient_for_op(
     e = REGISTRY.get(op.type)
     if e is None or e.status is not GradientStatus.GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
-        return [], [None] * len(op.input)  # NO_GRADIENT
+        return [], [None] * len(op.input), []  # NO_GRADIENT
     if len(g_output) != len(op.output):
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(op.output)} outputs"
@@ -501,7 +518,7 @@ def get_gradient_for_op(
                 "For sparse gradient, one should set both indices and values. "
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
-    return ops, g_input
+    return ops, g_input, m.input_reads
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:

@@ -27,7 +27,13 @@ from core.errors import (
     VersionMismatchError,
 )
 from core.ir.env import GenEnv, GenLimits
-from core.registry import get_gradient_for_op, is_identity, make_arg, make_op
+from core.registry import (
+    get_gradient_for_op,
+    gradient_for_op_detailed,
+    is_identity,
+    make_arg,
+    make_op,
+)
 from core.types import Diagnostic, GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -285,8 +291,14 @@ class BackwardPass:
         if g_output.count(None) == len(g_output) and op.type != "ZeroGradient":
             return
         self.env.op_index = idx + self.offset
-        ops, g_input = get_gradient_for_op(op, g_output, self.env)
-        self._build_generators(idx, ops, g_output, g_input)
+        ops, g_input, input_reads = gradient_for_op_detailed(op, g_output, self.env)
+        # Names this in-place op both reads and writes, whose *input* value the gradient
+        # wants (the maker asked for I(i)): check them against the input version. Upstream
+        # checks the output version first and so lets e.g. an in-place Mul's gradient read
+        # the overwritten value silently.
+        inputs = self.op_inputs[idx]
+        wants_input = {inputs[i] for i in input_reads if inputs[i] in outputs}
+        self._build_generators(idx, ops, g_output, g_input, wants_input)
         if self._pending:
             grad_ops.extend(self._pending)
             self._pending = []
@@ -303,6 +315,7 @@ class BackwardPass:
         ops: Sequence[OperatorDef],
         g_output: Sequence[GradValue],
         g_input: Sequence[GradValue],
+        wants_input: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         """Record which gradient op writes each input gradient (``BuildGradientGenerators``)."""
         op = self.ops[idx]
@@ -344,7 +357,7 @@ class BackwardPass:
                     have = grad_frontier.get(out, out_versions[out])
                     if not self._same_value(out, have, out_versions[out]):
                         self._version_error("gradient", idx, name, out)
-                elif name in out_versions:
+                elif name in out_versions and name not in wants_input:
                     if not self._same_value(name, frontier[name], out_versions[name]):
                         self._overwritten(gop, pos, "output", idx, out_versions[name])
                 elif name in in_versions:

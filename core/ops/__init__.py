@@ -20,4 +20,5 @@ def load_all() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{info.name}")
     importlib.import_module("core.control.gradients")
+    importlib.import_module("core.control.runtime")
     _loaded = True

@@ -241,14 +241,15 @@ def loop_net() -> NetDef:
     """brew.loop shape (control-flow-cases §5) with a differentiable body."""
     net = NetDef()
     net.name = "loop"
-    body = net_of("body", make_op("Mul", ["output_blob", "TWO"], ["output_blob"]))
+    body = net_of("body", make_op("Scale", ["output_blob"], ["output_blob"],
+                                  [make_arg("scale", 2.0)]))
     cond = net_of(
         "cond",
         make_op("Add", ["counter", "ONE"], ["counter"]),
         make_op("LT", ["counter", "TEN"], ["tmp"]),
         make_op("Copy", ["tmp"], ["cond"]),
     )
-    scope = ["cond", "ONE", "TWO", "TEN", "counter", "output_blob"]
+    scope = ["cond", "ONE", "TEN", "counter", "output_blob"]
     add_while_op(net, "cond", scope, body, cond)
     return net
 
@@ -325,3 +326,20 @@ def test_errors_inside_sub_nets_carry_the_path() -> None:
         gradient_for_op(do, ["Z_grad", None])
     p = info.value.problems[0]  # type: ignore[attr-defined]
     assert p.path == "op[0]:Do/net/op[0]:GenerateProposals"
+
+
+def test_in_place_op_whose_gradient_reads_its_input_is_rejected_in_a_loop() -> None:
+    """An in-place Mul in a loop body: MulGradient needs x before the write (upstream let
+    the gradient read the overwritten value silently)."""
+    from core.errors import VersionMismatchError
+
+    net = NetDef()
+    net.name = "loop"
+    body = net_of("body", make_op("Mul", ["x", "w"], ["x"]))
+    cond = net_of("cond", make_op("LT", ["counter", "TEN"], ["cond"]))
+    add_while_op(net, "cond", ["cond", "x", "w", "counter", "TEN"], body, cond)
+    with pytest.raises(VersionMismatchError) as info:
+        gradient_for_net(net, {"x": "x_grad"})
+    p = info.value.problems[0]
+    assert p.path is not None and p.path.endswith("/net/op[0]:Mul")
+    assert 'needs input "x" at version 0' in p.message
