@@ -144,7 +144,6 @@ def add_while_op(
             _do_wrapper("do_loop_body_net", loop_body_net, body_in, body_out, ws_body, True),
         )
     ]
-    pre = []
     workspaces = [ws_body]
     if condition_body_net is not None:
         if not any(cond_blob in op.output for op in condition_body_net.op):
@@ -165,16 +164,11 @@ def add_while_op(
         )
         inputs += [n for n in [*cond_in, ws_cond] if n not in inputs]
         outputs += [n for n in [*cond_out, ws_cond] if n not in outputs]
-        if cond_blob not in scope:
-            pre.append(
-                make_op(
-                    "ConstantFill", [], [cond_blob], [make_arg("dtype", BOOL),
-                                                      make_arg("value", False)]
-                )
-            )
-    while_net.op.extend(pre)
     for ws in workspaces:
         while_net.op.append(make_op("CreateScope", [], [ws]))
+    if cond_blob not in scope:
+        fill_args = [make_arg("dtype", BOOL), make_arg("value", False)]
+        while_net.op.append(make_op("ConstantFill", [], [cond_blob], fill_args))
     while_net.op.append(make_op("While", inputs, outputs, args))
     while_net.external_output.extend(outputs)
 

@@ -18,7 +18,7 @@ from app.main import create_app
 from app.settings import Settings
 from core.control.lowering import add_while_op
 from core.proto import codec
-from core.registry import make_op
+from core.registry import make_arg, make_op
 from tests.api.helpers import PB, assert_problem, still_serving
 from tests.live_server import live_server
 
@@ -145,17 +145,17 @@ def test_verify_without_workers_is_refused(client: TestClient) -> None:
 
 
 def _infinite_while_request() -> dict[str, Any]:
+    # cond is fed true and never written: the loop only ends by a job limit.
     body = caffe2_pb2.NetDef(name="body")
-    body.op.append(make_op("Add", ["x", "one"], ["x"]))
+    body.op.append(make_op("Scale", ["x"], ["x"], [make_arg("scale", 1.0)]))
     net = caffe2_pb2.NetDef(name="forever")
-    add_while_op(net, "cond", ["cond", "x", "one"], body)
+    add_while_op(net, "cond", ["cond", "x"], body)
     return {
         "net": codec.to_json_obj(net),
         "ys": ["x"],
         "inputs": [
             {"blob": "cond", "tensor": {"shape": [], "dtype": "bool", "data": [1]}},
-            {"blob": "x", "tensor": {"shape": [1], "dtype": "float64", "data": [0.0]}},
-            {"blob": "one", "tensor": {"shape": [1], "dtype": "float64", "data": [1.0]}},
+            {"blob": "x", "tensor": {"shape": [1], "dtype": "float64", "data": [0.5]}},
         ],
         "check": ["x"],
         "mode": "fast",

@@ -12,13 +12,14 @@ first-appearance order (spec §3.8 #3).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence  # noqa: F401
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from api_schemas import caffe2_pb2
+from core.control.lowering import add_if_op, add_while_op
 from core.registry import make_arg, make_op
 
 NetDef = caffe2_pb2.NetDef
@@ -28,30 +29,7 @@ TP = caffe2_pb2.TensorProto
 INT32, INT64, FLOAT, BOOL = TP.INT32, TP.INT64, TP.FLOAT, TP.BOOL
 
 
-# --- lowering (spec §3.1) -----------------------------------------------------------------
-def external_blob_names(net: NetDef, scope: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``get_external_blob_names``: (inputs read before written, outputs in scope).
-
-    Raises:
-        ValueError: an external input is not in the lexical scope.
-    """
-    scope_set = set(scope)
-    written: set[str] = set()
-    ins: list[str] = []
-    outs: list[str] = []
-    for op in net.op:
-        for name in op.input:
-            if name not in written and name not in ins:
-                if name not in scope_set:
-                    raise ValueError(f"Input blob {name} is undefined")
-                ins.append(name)
-        for name in op.output:
-            written.add(name)
-            if name in scope_set and name not in outs:
-                outs.append(name)
-    return ins, outs
-
-
+# --- lowering (spec §3.1): core.control.lowering; helpers for hand-built cases ---------
 def used_names(net: NetDef) -> list[str]:
     """Every blob name an op of ``net`` reads or writes, first-appearance order."""
     seen: dict[str, None] = {}
@@ -59,15 +37,6 @@ def used_names(net: NetDef) -> list[str]:
         for name in list(op.input) + list(op.output):
             seen.setdefault(name, None)
     return list(seen)
-
-
-def _unique(net: NetDef, base: str) -> str:
-    taken = set(used_names(net))
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
 
 
 def do_op(
@@ -91,92 +60,6 @@ def do_op(
     if reuse_workspace:
         args.append(make_arg("reuse_workspace", 1))
     return make_op("Do", list(ins) + [ws], list(outs) + [ws], args)
-
-
-def _wrapper(name: str, do: OperatorDef) -> NetDef:
-    net = NetDef(name=name)
-    net.op.append(do)
-    net.external_output.extend(do.output)
-    return net
-
-
-def add_if_op(
-    net: NetDef,
-    cond: str,
-    scope: Iterable[str],
-    then_net: NetDef,
-    else_net: NetDef | None = None,
-) -> None:
-    """Append ``CreateScope`` op(s) and an ``If`` to ``net`` (Caffe2 ``add_if_op``)."""
-    scope = list(scope)
-    then_in, then_out = external_blob_names(then_net, scope)
-    else_in, else_out = external_blob_names(else_net, scope) if else_net else ([], [])
-    if_in = [cond] + list(dict.fromkeys(then_in + else_in))
-    if_out = list(dict.fromkeys(then_out + else_out))
-    ws_then = _unique(net, f"{net.name}/workspace_if_then")
-    args = [
-        make_arg("then_net", _wrapper("do_then_net", do_op(then_in, then_out, ws_then, then_net)))
-    ]
-    scopes = [ws_then]
-    if else_net is not None:
-        ws_else = _unique(net, f"{net.name}/workspace_if_else")
-        if ws_else == ws_then:
-            ws_else += "_else"
-        args.append(
-            make_arg(
-                "else_net", _wrapper("do_else_net", do_op(else_in, else_out, ws_else, else_net))
-            )
-        )
-        scopes.append(ws_else)
-    for ws in scopes:
-        net.op.append(make_op("CreateScope", [], [ws]))
-    net.op.append(make_op("If", if_in + scopes, if_out + scopes, args))
-    net.external_output.extend(if_out + scopes)
-
-
-def add_while_op(
-    net: NetDef,
-    cond: str,
-    scope: Iterable[str],
-    body: NetDef,
-    cond_body: NetDef | None = None,
-) -> None:
-    """Append ``CreateScope`` op(s), maybe a ``ConstantFill`` and a ``While`` (``add_while_op``)."""
-    scope = list(scope)
-    ins, outs = external_blob_names(body, scope)
-    ins = ins + [o for o in outs if o not in ins]  # the loop may run zero times
-    ws_body = _unique(net, f"{net.name}/workspace_loop_body")
-    while_in = [cond] + ins + [ws_body]
-    while_out = outs + [ws_body]
-    args = [
-        make_arg(
-            "loop_net",
-            _wrapper("do_loop_body_net", do_op(ins, outs, ws_body, body, copy_external_blobs=True)),
-        )
-    ]
-    ops = [make_op("CreateScope", [], [ws_body])]
-    if cond_body is not None:
-        if not any(cond in op.output for op in cond_body.op):
-            raise ValueError("Condition net does not write into condition blob")
-        cin, cout = external_blob_names(cond_body, scope)
-        if cond not in cout:
-            cout.append(cond)
-        ws_cond = _unique(net, f"{net.name}/workspace_loop_cond")
-        args.append(
-            make_arg(
-                "cond_net", _wrapper("do_loop_condition_net", do_op(cin, cout, ws_cond, cond_body))
-            )
-        )
-        while_in += [n for n in cin + [ws_cond] if n not in while_in]
-        while_out += [n for n in cout + [ws_cond] if n not in while_out]
-        ops.append(make_op("CreateScope", [], [ws_cond]))
-    if cond not in scope:
-        ops.append(
-            make_op("ConstantFill", [], [cond], [make_arg("dtype", BOOL), make_arg("value", 0)])
-        )
-    ops.append(make_op("While", while_in, while_out, args))
-    net.op.extend(ops)
-    net.external_output.extend(while_out)
 
 
 # --- a tiny NetBuilder ---------------------------------------------------------------------
