@@ -13,7 +13,7 @@ from app import cli
 from app.api import docs
 from app.settings import get_settings
 from core.proto import codec
-from tests.live_server import live_server
+from tests.api.live_server import live_server
 
 MLP = codec.from_json_obj(docs.MLP_NET, caffe2_pb2.NetDef)
 

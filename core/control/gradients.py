@@ -429,6 +429,27 @@ def _copy_except(src: Any, dst: Any, skip: tuple[str, ...]) -> Any:
     return dst
 
 
+def _conditional_seeds(m: GradientMaker) -> tuple[list[OperatorDef], dict[str, GradValue]]:
+    """Dedupe copies and the output -> gradient seed map of an If/While (spec §3.4, §3.5).
+
+    Raises:
+        InvalidNetError: no condition input, or no output has a gradient.
+        GradientError: a sparse output gradient (§3.8 #9).
+    """
+    op, env = m.op, m.env
+    if not len(op.input):
+        raise _err(env, op, f"{op.type} op needs a condition input", f"invalid_{op.type.lower()}")
+    copies, g_output = dedupe_g_output(op, m.g_output)
+    seeds: dict[str, GradValue] = {}
+    for out, g in zip(op.output, g_output, strict=False):
+        if g is not None:
+            _reject_sparse(env, op, out, g, "output gradient")
+            seeds[out] = g
+    if not seeds:
+        raise _err(env, op, f"Empty initial gradient map for {op.type} op", "empty_gradient_map")
+    return copies, seeds
+
+
 # ---------------------------------------------------------------------------------------
 # If (spec §3.4)
 # ---------------------------------------------------------------------------------------
@@ -445,16 +466,7 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
             sparse gradients at the boundary.
     """
     op, env = m.op, m.env
-    if not len(op.input):
-        raise _err(env, op, "If op needs a condition input", "invalid_if")
-    copies, g_output = dedupe_g_output(op, m.g_output)
-    seeds: dict[str, GradValue] = {}
-    for out, g in zip(op.output, g_output, strict=False):
-        if g is not None:
-            _reject_sparse(env, op, out, g, "output gradient")
-            seeds[out] = g
-    if not seeds:
-        raise _err(env, op, "Empty initial gradient map for If op", "empty_gradient_map")
+    copies, seeds = _conditional_seeds(m)
     then_net = net_argument(op, "then_net")
     if then_net is None:
         raise _err(env, op, "Expected then subnet in If op (argument then_net)", "invalid_if")
@@ -560,16 +572,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         GradientError: sparse gradients at the boundary; empty seed map.
     """
     op, env = m.op, m.env
-    if not len(op.input):
-        raise _err(env, op, "While op needs a condition input", "invalid_while")
-    copies, g_output = dedupe_g_output(op, m.g_output)
-    seeds: dict[str, GradValue] = {}
-    for out, g in zip(op.output, g_output, strict=False):
-        if g is not None:
-            _reject_sparse(env, op, out, g, "output gradient")
-            seeds[out] = g
-    if not seeds:
-        raise _err(env, op, "Empty initial gradient map for While op", "empty_gradient_map")
+    copies, seeds = _conditional_seeds(m)
     loop_net = net_argument(op, "loop_net")
     if loop_net is None:
         raise _err(env, op, "While op has no loop_net argument. " + SUPPORTED_LOOP_SHAPE,

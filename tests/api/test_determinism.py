@@ -10,7 +10,7 @@ import httpx
 from api_schemas import caffe2_pb2, netgrad_pb2
 from core.proto import codec
 from tests.api.helpers import PB, do_request, do_request_pb
-from tests.live_server import live_server
+from tests.api.live_server import live_server
 
 #: X feeds four ops and `a` two, so their gradients are accumulated (autosplit + Sum).
 ACCUMULATING_NET: dict[str, Any] = {

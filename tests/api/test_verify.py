@@ -20,7 +20,7 @@ from core.control.lowering import add_while_op
 from core.proto import codec
 from core.registry import make_arg, make_op
 from tests.api.helpers import PB, assert_problem, still_serving
-from tests.live_server import live_server
+from tests.api.live_server import live_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ first-appearance order (spec §3.8 #3).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence  # noqa: F401
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

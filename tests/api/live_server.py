@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
