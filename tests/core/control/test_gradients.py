@@ -343,3 +343,17 @@ def test_in_place_op_whose_gradient_reads_its_input_is_rejected_in_a_loop() -> N
     p = info.value.problems[0]
     assert p.path is not None and p.path.endswith("/net/op[0]:Mul")
     assert 'needs input "x" at version 0' in p.message
+
+
+def test_branches_that_name_a_gradient_differently_are_a_4xx_error() -> None:
+    """§3.8 #1: a real error (upstream raised a str, a TypeError in Python 3)."""
+    then = net_of("t", make_op("Copy", ["x"], ["y"]))
+    els = net_of("e", make_op("Sum", ["x"], ["y"]))  # pass-through: x's gradient is y's
+    op = make_op(
+        "If", ["c", "x"], ["y"], [make_arg("then_net", then), make_arg("else_net", els)]
+    )
+    with pytest.raises(GradientError) as info:
+        gradient_for_op(op, ["y_grad"])
+    p = info.value.problems[0]
+    assert p.code == "if_branch_gradient_conflict" and p.op_type == "If"
+    assert "x" in p.blobs
