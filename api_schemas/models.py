@@ -145,6 +145,11 @@ class NetGradientRequest(_Strict):
     )
     skip: int = Field(0, ge=0, description="ignore the first `skip` ops")
     return_net: bool = Field(False, description="also return forward + gradient ops as one net")
+    recompute: bool = Field(
+        False,
+        description="re-run producers of forward values that a later in-place write "
+        "overwrote, instead of failing with a version error (Caffe2 raises)",
+    )
     verify: VerifyOptionsModel | None = Field(
         None, description="also check the generated gradients numerically"
     )

@@ -60,9 +60,19 @@ class OpSchema:
     max_outputs: int = -1
     allow_inplace: bool | frozenset[tuple[int, int]] = True
 
-    def verify(self, op: OperatorDef) -> str | None:
-        """Return a reason why ``op`` fails this schema, or ``None`` when it passes."""
-        ins, outs = op.input, op.output
+    def verify(
+        self,
+        op: OperatorDef,
+        inputs: Sequence[str] | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> str | None:
+        """Return a reason why ``op`` fails this schema, or ``None`` when it passes.
+
+        ``inputs``/``outputs``, when given, are ``op``'s input/output names already read
+        out of the protobuf (the backward pass keeps them), so they are not read again.
+        """
+        ins = list(op.input) if inputs is None else inputs
+        outs = list(op.output) if outputs is None else outputs
         n_in, n_out = len(ins), len(outs)
         if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
             return f"{op.type} takes {_arity(self.min_inputs, self.max_inputs)} inputs, got {n_in}"
@@ -71,14 +81,11 @@ class OpSchema:
                 f"{op.type} takes {_arity(self.min_outputs, self.max_outputs)} outputs, "
                 f"got {n_out}"
             )
-        if self.allow_inplace is True:
-            return None
-        in_names, out_names = list(ins), list(outs)
-        if set(in_names).isdisjoint(out_names):
+        if self.allow_inplace is True or set(ins).isdisjoint(outs):
             return None
         allowed = self.allow_inplace or frozenset()
-        for i, name in enumerate(in_names):
-            for o, out in enumerate(out_names):
+        for i, name in enumerate(ins):
+            for o, out in enumerate(outs):
                 if name == out and (i, o) not in allowed:
                     return (
                         f"input {i} and output {o} are both '{name}': set to be in-place "
@@ -120,16 +127,27 @@ class GradientMaker:
         g_input: one gradient value per forward input, filled by the maker.
         env: the generation environment (limits, diagnostics, sub-net path); see
             :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
+        input_names, output_names: ``op.input`` / ``op.output`` as lists, read once (every
+            read of a protobuf repeated field builds new Python strings).
     """
 
-    __slots__ = ("op", "g_output", "g_input", "env", "input_reads")
+    __slots__ = ("op", "g_output", "g_input", "env", "input_reads", "input_names", "output_names")
 
-    def __init__(self, op: OperatorDef, g_output: Sequence[GradValue], env: Any) -> None:
+    def __init__(
+        self,
+        op: OperatorDef,
+        g_output: Sequence[GradValue],
+        env: Any,
+        input_names: list[str] | None = None,
+        output_names: list[str] | None = None,
+    ) -> None:
         self.op = op
+        self.input_names = list(op.input) if input_names is None else input_names
+        self.output_names = list(op.output) if output_names is None else output_names
         self.g_output: Sequence[GradValue] = g_output
         #: forward input positions whose *value* the gradient ops read (via ``I``)
         self.input_reads: list[int] = []
-        self.g_input: list[GradValue] = [None] * len(op.input)
+        self.g_input: list[GradValue] = [None] * len(self.input_names)
         self.env = env
 
     # -- names -----------------------------------------------------------------
@@ -140,11 +158,11 @@ class GradientMaker:
         which version the gradient op wants (see ``core.ir.backward``).
         """
         self.input_reads.append(i)
-        return self.op.input[i]
+        return self.input_names[i]
 
     def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
         """Name of forward output ``i``."""
-        return self.op.output[i]
+        return self.output_names[i]
 
     def has_go(self, i: int) -> bool:
         """Whether output ``i`` has any gradient (Caffe2 ``GradOut(i).IsEmpty()`` negated)."""
@@ -179,8 +197,10 @@ class GradientMaker:
 
     def GI(self, i: int) -> str:
         """Record and return the dense gradient name ``<input>_grad`` of input ``i``."""
-        name = self.op.input[i] + "_grad"
-        self.set_dense(i, name)
+        name = self.input_names[i] + "_grad"
+        if isinstance(self.g_input[i], GradientSlice):
+            raise GradientError(f"Input {self.input_names[i]} already set to sparse.")
+        self.g_input[i] = name
         return name
 
     def GI_I(self, i: int) -> str:
@@ -458,7 +478,11 @@ def get_gradient_for_op(
 
 
 def gradient_for_op_detailed(
-    op: OperatorDef, g_output: Sequence[GradValue], env: Any = None
+    op: OperatorDef,
+    g_output: Sequence[GradValue],
+    env: Any = None,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
 ) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
     """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
 
@@ -466,6 +490,8 @@ def gradient_for_op_detailed(
         op: forward OperatorDef.
         g_output: one entry per ``op.output``: ``None``, a dense name or a GradientSlice.
         env: generation environment passed to the maker (``core.ir.env.GenEnv``).
+        input_names, output_names: ``list(op.input)`` / ``list(op.output)`` when the caller
+            already has them (the backward pass does); read from ``op`` otherwise.
 
     Returns:
         ``(grad_ops, g_input, input_reads)``: ``len(g_input) == len(op.input)``;
@@ -478,18 +504,22 @@ def gradient_for_op_detailed(
         GradientError: the maker itself failed (e.g. a required output gradient is missing).
     """
     e = REGISTRY.get(op.type)
+    if input_names is None:
+        input_names = list(op.input)
+    if output_names is None:
+        output_names = list(op.output)
     if e is None or e.status is not GradientStatus.GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
-        return [], [None] * len(op.input), []  # NO_GRADIENT
-    if len(g_output) != len(op.output):
+        return [], [None] * len(input_names), []  # NO_GRADIENT
+    if len(g_output) != len(output_names):
         raise GradientError(
-            f"g_output has {len(g_output)} entries but {op.type} has {len(op.output)} outputs"
+            f"g_output has {len(g_output)} entries but {op.type} has {len(output_names)} outputs"
         )
-    m = GradientMaker(op, g_output, env)
+    m = GradientMaker(op, g_output, env, input_names, output_names)
     if e.raw_maker:
         ops = e.maker(m)
     else:
-        reason = e.schema.verify(op)
+        reason = e.schema.verify(op, input_names, output_names)
         if reason is not None:
             raise InvalidNetError(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
@@ -507,10 +537,10 @@ def gradient_for_op_detailed(
             if args is not None:
                 g.arg.extend(args)
     g_input = m.g_input
-    if len(g_input) != len(op.input):
+    if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
-            f"{len(op.input)} inputs"
+            f"{len(input_names)} inputs"
         )
     for gi in g_input:
         if isinstance(gi, GradientSlice) and (not gi.indices or not gi.values):

@@ -48,6 +48,7 @@ class NetRequest:
     return_net: bool = False
     verify: VerifyOptions | None = None
     grad_ops: list[caffe2_pb2.OperatorDef] | None = None
+    recompute: bool = False
 
 
 # -- decoding helpers --------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def op_request(body: Body, max_depth: int) -> OpRequest:
 
 
 def net_request(body: Body, max_depth: int) -> NetRequest:
-    """Decode ``{net, ys, skip, return_net, verify?}``.
+    """Decode ``{net, ys, skip, return_net, recompute, verify?}``.
 
     Raises:
         DecodeError, InvalidRequestError, LimitExceededError: as for :func:`op_request`.
@@ -230,11 +231,13 @@ def net_request(body: Body, max_depth: int) -> NetRequest:
         m = _json_model(body.data, models.NetGradientRequest)
         net = _json_message(m.net, caffe2_pb2.NetDef, "net", max_depth)
         verify = _verify_from_json(m.verify) if m.verify is not None else None
-        return NetRequest(net, _ys_from_json(m.ys), m.skip, m.return_net, verify)
+        ys = _ys_from_json(m.ys)
+        return NetRequest(net, ys, m.skip, m.return_net, verify, recompute=m.recompute)
     msg = _binary_request(body.data, netgrad_pb2.NetGradientRequest, 1, max_depth, False)
     limits.check_depth(msg.net, max_depth)
     verify = _verify_from_pb(msg.verify) if msg.HasField("verify") else None
-    return NetRequest(msg.net, _ys_from_pb(msg.ys), msg.skip, msg.return_net, verify)
+    ys = _ys_from_pb(msg.ys)
+    return NetRequest(msg.net, ys, msg.skip, msg.return_net, verify, recompute=msg.recompute)
 
 
 def verify_request(body: Body, max_depth: int) -> NetRequest:

@@ -129,31 +129,43 @@ def _load(path: Path) -> caffe2_pb2.NetDef:
     return codec.from_binary(path.read_bytes(), caffe2_pb2.NetDef)
 
 
+def _post_net(
+    client: TestClient, net: caffe2_pb2.NetDef, y: str, encoding: str, recompute: bool
+) -> tuple[int, list[caffe2_pb2.OperatorDef], dict[str, Any], list[dict[str, Any]]]:
+    """POST a net; return status, grad ops, grad map and (on error) the problem's errors."""
+    if encoding == "json":
+        req_json = {"net": codec.to_json_obj(net), "ys": [y], "recompute": recompute}
+        r = client.post("/v1/gradients/net", json=req_json)
+        if r.status_code != 200:
+            return r.status_code, [], {}, r.json()["errors"]
+        body = r.json()
+        ops = [codec.from_json_obj(op, caffe2_pb2.OperatorDef) for op in body["grad_ops"]]
+        return 200, ops, body["grad_map"], []
+    req = netgrad_pb2.NetGradientRequest(net=net, recompute=recompute)
+    req.ys.add(blob=y)
+    r = client.post(
+        "/v1/gradients/net",
+        content=req.SerializeToString(),
+        headers={"Content-Type": PB, "Accept": PB},
+    )
+    if r.status_code != 200:
+        return r.status_code, [], {}, r.json()["errors"]
+    msg = codec.from_binary(r.content, netgrad_pb2.NetGradientResponse)
+    return 200, list(msg.grad_ops), {e.blob: e.gradient.dense for e in msg.grad_map}, []
+
+
 @pytest.mark.parametrize("name", CLASSIFICATION_NETS)
 @pytest.mark.parametrize("encoding", ["json", "protobuf"])
 def test_classification_net(client: TestClient, shared_dir: Path, name: str, encoding: str) -> None:
     net = _load(shared_dir / "realnets" / name)
     y = net.op[-1].output[0]
-    if encoding == "json":
-        r = client.post(
-            "/v1/gradients/net", json={"net": codec.to_json_obj(net), "ys": [y]}
-        )
-        assert r.status_code == 200, r.text[:2000]
-        body = r.json()
-        grad_ops = [codec.from_json_obj(op, caffe2_pb2.OperatorDef) for op in body["grad_ops"]]
-        grad_map = body["grad_map"]
-    else:
-        req = netgrad_pb2.NetGradientRequest(net=net)
-        req.ys.add(blob=y)
-        r = client.post(
-            "/v1/gradients/net",
-            content=req.SerializeToString(),
-            headers={"Content-Type": PB, "Accept": PB},
-        )
-        assert r.status_code == 200, r.text[:2000]
-        msg = codec.from_binary(r.content, netgrad_pb2.NetGradientResponse)
-        grad_ops = list(msg.grad_ops)
-        grad_map = {e.blob: e.gradient.dense for e in msg.grad_map}
+    status, grad_ops, grad_map, errors = _post_net(client, net, y, encoding, recompute=False)
+    if status != 200:
+        # Like Caffe2, the default refuses a gradient that needs a value a later in-place op
+        # overwrote; the only acceptable refusal, and recompute=true must then succeed.
+        assert status == 422 and {e["code"] for e in errors} == {"version_mismatch"}, errors
+        status, grad_ops, grad_map, errors = _post_net(client, net, y, encoding, recompute=True)
+        assert status == 200, errors
     for fwd_type in ("Conv", "FC"):
         n_fwd = sum(op.type == fwd_type for op in net.op)
         n_grad = sum(op.type == fwd_type + "Gradient" for op in grad_ops)
@@ -179,3 +191,32 @@ def test_detection_net_lists_every_op_without_gradient(
     ok = client.post("/v1/gradients/net", json={"net": net, "ys": ["res5_2_branch2a"]})
     assert ok.status_code == 200, ok.text[:1000]
     assert ok.json()["grad_map"]["data"] == "data_grad"
+
+
+def _overwritten_input_net() -> dict[str, Any]:
+    """Mul reads a; a later in-place Relu overwrites a: MulGradient needs the old value."""
+    return {
+        "op": [
+            {"type": "Relu", "input": ["x"], "output": ["a"]},
+            {"type": "Mul", "input": ["a", "w"], "output": ["b"]},
+            {"type": "Relu", "input": ["a"], "output": ["a"]},
+            {"type": "Add", "input": ["a", "b"], "output": ["y"]},
+        ]
+    }
+
+
+def test_recompute_is_opt_in_in_json_and_binary(client: TestClient) -> None:
+    net = _overwritten_input_net()
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
+    assert r.status_code == 422 and r.json()["errors"][0]["code"] == "version_mismatch"
+    ok = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"], "recompute": True})
+    assert ok.status_code == 200, ok.text
+    assert any(d["code"] == "recomputed_forward_value" for d in ok.json()["diagnostics"])
+    req = netgrad_pb2.NetGradientRequest(
+        net=codec.from_json_obj(net, caffe2_pb2.NetDef), recompute=True
+    )
+    req.ys.add(blob="y")
+    rb = client.post(
+        "/v1/gradients/net", content=req.SerializeToString(), headers={"Content-Type": PB}
+    )
+    assert rb.status_code == 200 and rb.json() == ok.json()

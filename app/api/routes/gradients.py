@@ -39,9 +39,9 @@ def gradient_of_op(body: BodyDep, limits: LimitsDep) -> Response:
     ),
 )
 def gradient_of_net(body: BodyDep, limits: LimitsDep, pool: PoolDep) -> Response:
-    """Gradient ops and a blob -> gradient map for ``{net, ys, skip, return_net, verify?}``."""
+    """Gradient ops and a blob -> gradient map for ``{net, ys, skip, return_net, verify?...}``."""
     req = wire.net_request(body, limits.max_depth)
-    res = api.gradient_for_net(req.net, req.ys, req.skip, req.return_net, limits)
+    res = api.gradient_for_net(req.net, req.ys, req.skip, req.return_net, limits, req.recompute)
     report, diagnostics = None, list(res.diagnostics)
     if req.verify is not None:  # the report covers these ops, seeded with explicit names
         checked = run_verification(req, pool, known=diagnostics)
