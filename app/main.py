@@ -47,7 +47,7 @@ offending op (op index, op type, sub-net path such as `op[3]:If/then_net/op[0]:D
 under per-job wall-clock, memory, tensor-size and loop-iteration limits.
 
 **Limits.** Body size (`NETGRAD_MAX_BODY_BYTES`, 413) and sub-net nesting (`NETGRAD_MAX_DEPTH`,
-capped at {DECODER_MAX_DEPTH} by the protobuf decoders, 422).
+capped at {DECODER_MAX_DEPTH}, what every decoder can follow, 422).
 """
 
 

@@ -19,8 +19,10 @@ class Settings(BaseSettings):
     Attributes:
         host, port: where ``netgrad serve`` listens.
         max_body_bytes: largest accepted request body (413 above).
-        max_depth: deepest sub-net nesting (Do/If/While inside each other) accepted; capped at
-            :data:`core.proto.limits.DECODER_MAX_DEPTH` by the protobuf decoders.
+        max_depth: deepest sub-net nesting (Do/If/While inside each other) accepted, in sub-net
+            levels: a lowered If/While level costs two (branch net + its Do wrapper), so the
+            default 128 admits 64 levels of lowered control flow; capped at
+            :data:`core.proto.limits.DECODER_MAX_DEPTH`, what every decoder can follow.
         workers: execution worker processes (numeric verification); 0 disables them.
         job_timeout_s: wall-clock limit of one execution job.
         job_memory_bytes: address-space limit of a worker process.
@@ -33,7 +35,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
-    max_depth: int = Field(default=64, ge=0)
+    max_depth: int = Field(default=128, ge=0)
     workers: int = Field(default=2, ge=0)
     job_timeout_s: float = Field(default=30.0, gt=0)
     job_memory_bytes: int = Field(default=4 * 1024**3, ge=64 * 1024**2)

@@ -78,7 +78,8 @@ def bench_realnets(repeats: int) -> None:
         try:
             gradient_for_net(net, ys, recompute=True)
         except NetgradError as exc:
-            print(f"| {path.name} | {len(net.op)} | {ys[0]} | - | - | 4xx: {exc.problems[0].code} |")
+            code = exc.problems[0].code
+            print(f"| {path.name} | {len(net.op)} | {ys[0]} | - | - | 4xx: {code} |")
             continue
         t = best_of(lambda net=net, ys=ys: gradient_for_net(net, ys, recompute=True), repeats)
         p = best_of(proto_round_trip(net), repeats)

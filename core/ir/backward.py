@@ -95,6 +95,9 @@ class BackwardPass:
         self._recomputed: dict[tuple[str, int], str] = {}
         self._pending: list[OperatorDef] = []
         self.op_outputs: list[list[str]] = []
+        # op types, inputs and outputs read out of the protobuf once: every read of a
+        # protobuf field builds new Python strings.
+        self.op_types: list[str] = []
         for op in self.ops:
             self._play(op)
         self._check_stop_gradients()
@@ -108,6 +111,7 @@ class BackwardPass:
         op_in, op_out = list(op.input), list(op.output)
         self.op_inputs.append(op_in)
         self.op_outputs.append(op_out)
+        self.op_types.append(op.type)
         ins: dict[str, int] = {}
         for name in op_in:
             v = frontier.setdefault(name, 0)
@@ -133,14 +137,16 @@ class BackwardPass:
 
     def _check_stop_gradients(self) -> None:
         problems = []
-        for idx, op in enumerate(self.ops):
-            orphan = len(op.output) and op.output[0] not in self.input_usages
-            if op.type == "StopGradient" and orphan:
+        for idx, op_type in enumerate(self.op_types):
+            if op_type != "StopGradient":
+                continue
+            outs = self.op_outputs[idx]
+            if outs and outs[0] not in self.input_usages:
                 msg = (
-                    f"StopGradient's output '{op.output[0]}' is orphan. You typically want to "
+                    f"StopGradient's output '{outs[0]}' is orphan. You typically want to "
                     "specify same input and output for StopGradient."
                 )
-                problems.append(self._problem("stop_gradient_orphan", msg, idx, (op.output[0],)))
+                problems.append(self._problem("stop_gradient_orphan", msg, idx, (outs[0],)))
         if problems:
             raise InvalidNetError(problems[0].message, problems)
 
@@ -151,9 +157,10 @@ class BackwardPass:
         R-CNN2Go ``If``, control-flow-cases §1). Caffe2's SSA does not see those writes, so
         no gradient flows through them; netgrad does the same and says so.
         """
-        for idx, op in enumerate(self.ops):
-            if op.type not in ("If", "While"):
+        for idx, op_type in enumerate(self.op_types):
+            if op_type not in ("If", "While"):
                 continue
+            op = self.ops[idx]
             declared = set(op.output)
             undeclared: dict[str, None] = {}
             for arg in op.arg:
@@ -234,6 +241,14 @@ class BackwardPass:
                 gen = GradGen(None, 0, g, None)
             self.generators.setdefault(y, {}).setdefault(v, []).append(gen)
             input_to_grad[y] = g
+        # Gradients are summed at the first reader of a blob version read more than once
+        # (spec §2.7); only used as a filter, so the set's order does not matter.
+        first_of_many = {
+            usage[0]
+            for by_version in self.input_usages.values()
+            for usage in by_version.values()
+            if len(usage) > 1
+        }
         problems: list[Diagnostic] = []
         error_types: list[type[NetgradError]] = []
         for idx in range(n - 1, -1, -1):
@@ -242,6 +257,8 @@ class BackwardPass:
             except NetgradError as exc:
                 problems.extend(self._locate(exc, idx))
                 error_types.append(type(exc))
+            if idx not in first_of_many:
+                continue
             try:
                 self._accumulate(idx, input_to_grad, grad_ops)
             except NetgradError as exc:
@@ -270,10 +287,10 @@ class BackwardPass:
         self, input_to_grad: Mapping[str, GradValue], ys: Mapping[str, GradValue]
     ) -> dict[str, GradValue]:
         order: dict[str, None] = {}
-        for op in self.ops:
-            for name in op.input:
+        for op_in, op_out in zip(self.op_inputs, self.op_outputs, strict=True):
+            for name in op_in:
                 order.setdefault(name, None)
-            for name in op.output:
+            for name in op_out:
                 order.setdefault(name, None)
         for y in ys:
             order.setdefault(y, None)
@@ -285,25 +302,28 @@ class BackwardPass:
         self, idx: int, input_to_grad: dict[str, GradValue], grad_ops: list[OperatorDef]
     ) -> None:
         """One forward op's gradient ops (Caffe2 ``_GenerateGradientsForForwardOp``)."""
-        op = self.ops[idx]
         outputs = self.op_outputs[idx]
         g_output = [input_to_grad.get(o) for o in outputs]
-        if g_output.count(None) == len(g_output) and op.type != "ZeroGradient":
+        if g_output.count(None) == len(g_output) and self.op_types[idx] != "ZeroGradient":
             return
         self.env.op_index = idx + self.offset
-        ops, g_input, input_reads = gradient_for_op_detailed(op, g_output, self.env)
+        inputs = self.op_inputs[idx]
+        ops, g_input, input_reads = gradient_for_op_detailed(
+            self.ops[idx], g_output, self.env, inputs, outputs
+        )
         # Names this in-place op both reads and writes, whose *input* value the gradient
         # wants (the maker asked for I(i)): check them against the input version. Upstream
         # checks the output version first and so lets e.g. an in-place Mul's gradient read
         # the overwritten value silently.
-        inputs = self.op_inputs[idx]
-        wants_input = {inputs[i] for i in input_reads if inputs[i] in outputs}
+        wants_input: set[str] | frozenset[str] = frozenset()
+        if input_reads:
+            wants_input = {inputs[i] for i in input_reads if inputs[i] in outputs}
         self._build_generators(idx, ops, g_output, g_input, wants_input)
         if self._pending:
             grad_ops.extend(self._pending)
             self._pending = []
         new_map: dict[str, GradValue] = {}
-        for name, grad in zip(self.op_inputs[idx], g_input, strict=True):
+        for name, grad in zip(inputs, g_input, strict=True):
             if grad is not None or name not in input_to_grad or name in outputs:
                 new_map[name] = grad
         input_to_grad.update(new_map)
@@ -346,24 +366,27 @@ class BackwardPass:
             elif g is not None:
                 g_out_names[g.indices] = j
                 g_out_names[g.values] = j
-        local: set[str] = set()
         produced: set[str] = set()
         sparse_parts: dict[int, GradGen] = {}
-        for gop in ops:
-            # CheckGradientOperatorInput, inlined: this loop is the hot path.
+        for i, gop in enumerate(ops):
+            # CheckGradientOperatorInput, inlined: this loop is the hot path. Equal versions
+            # pass at once; _same_value only looks behind in-place identity ops.
             for pos, name in enumerate(gop.input):
                 if name in g_out_names:
                     out = op_outputs[g_out_names[name]]
-                    have = grad_frontier.get(out, out_versions[out])
-                    if not self._same_value(out, have, out_versions[out]):
+                    want = out_versions[out]
+                    have = grad_frontier.get(out, want)
+                    if have != want and not self._same_value(out, have, want):
                         self._version_error("gradient", idx, name, out)
                 elif name in out_versions and name not in wants_input:
-                    if not self._same_value(name, frontier[name], out_versions[name]):
-                        self._overwritten(gop, pos, "output", idx, out_versions[name])
+                    want, have = out_versions[name], frontier[name]
+                    if have != want and not self._same_value(name, have, want):
+                        self._overwritten(gop, pos, "output", idx, want)
                 elif name in in_versions:
-                    if not self._same_value(name, frontier[name], in_versions[name]):
-                        self._overwritten(gop, pos, "input", idx, in_versions[name])
-                elif name not in local:
+                    want, have = in_versions[name], frontier[name]
+                    if have != want and not self._same_value(name, have, want):
+                        self._overwritten(gop, pos, "input", idx, want)
+                elif not any(name in earlier.output for earlier in ops[:i]):
                     raise GradientError.at(
                         f'Blob name "{name}" not in the scope of operator {op.type} and is not '
                         "generated by any of the local gradient operators.",
@@ -371,7 +394,6 @@ class BackwardPass:
                     )
             dev = gop.device_option if gop.HasField("device_option") else None
             for out_i, out in enumerate(gop.output):
-                local.add(out)
                 for k, part in wanted.get(out, ()):
                     produced.add(out)
                     blob = op_inputs[k]

@@ -18,10 +18,12 @@ class GenLimits:
     """Limits of one generation request.
 
     Attributes:
-        max_depth: deepest allowed nesting of sub-nets (Do/If/While inside each other).
+        max_depth: deepest allowed nesting of sub-nets (Do/If/While inside each other), in
+            sub-net levels; an If/While lowered by ``add_if_op``/``add_while_op`` costs two
+            per level (its branch net and the Do wrapper inside), so 128 admits 64 levels.
     """
 
-    max_depth: int = 64
+    max_depth: int = 128
 
 
 @dataclass

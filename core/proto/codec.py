@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import re
+import sys
 from typing import Any, TypeVar
 
 from google.protobuf import json_format, message, text_format
@@ -29,6 +30,13 @@ from core.errors import DecodeError, LimitExceededError
 MAX_MESSAGE_DEPTH = 1000
 
 M = TypeVar("M", bound=message.Message)
+
+# json_format converts messages recursively, several Python frames per message level; 64
+# levels of Do/If/While nesting (three messages each) need more than Python's default 1000
+# frames. Python 3.11+ keeps Python-to-Python calls off the C stack, so this is safe.
+_RECURSION_LIMIT = 5_000
+if sys.getrecursionlimit() < _RECURSION_LIMIT:
+    sys.setrecursionlimit(_RECURSION_LIMIT)
 
 _ARGUMENT = caffe2_pb2.Argument.DESCRIPTOR.full_name
 _BYTES_AS_TEXT = {"s", "strings"}

@@ -7,11 +7,13 @@ configured limit *before* generating gradients, with an error naming the sub-net
 op of a single-op request, treated as ``op[0]``) is depth 0, a net in one of its arguments is
 depth 1, and so on (the same convention as :class:`core.ir.env.GenEnv`).
 
-The protobuf decoders themselves stop at 100 nested *messages* (upb's binary decoder and
-``json_format``), i.e. about 32 sub-net levels, since each level costs three messages
-(NetDef -> OperatorDef -> Argument). :data:`DECODER_MAX_DEPTH` is the deepest nesting that
-always decodes; :func:`effective_max_depth` caps the configured limit with it, so a too-deep
-request is reported with its path instead of an anonymous decoder failure.
+The decoders have caps of their own: :mod:`core.proto.codec` admits
+:data:`core.proto.codec.MAX_MESSAGE_DEPTH` nested messages (upb's default of 100 is lifted
+in ``core/__init__``), each sub-net level costs three (NetDef -> OperatorDef -> Argument),
+and Python's JSON parser follows about 1000 nested containers, about six per level.
+:data:`DECODER_MAX_DEPTH` is the deepest nesting that always decodes;
+:func:`effective_max_depth` caps the configured limit with it, so a too-deep request is
+reported with its path instead of an anonymous decoder failure.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any
 from api_schemas import caffe2_pb2
 from core.errors import LimitExceededError
 
-#: Deepest sub-net nesting that the protobuf decoders accept with room to spare (request
-#: wrapper + NetDef + 3 messages per level + OperatorDef/Argument/TensorProto/DeviceOption
-#: leaves stays below their 100-message recursion limit).
-DECODER_MAX_DEPTH = 30
+#: Deepest sub-net nesting that every decoder accepts with room to spare: JSON costs about
+#: six containers per level against Python's default limit of 1000 (binary protobuf would
+#: allow ~330 levels under MAX_MESSAGE_DEPTH).
+DECODER_MAX_DEPTH = 150
 
 _NET_ARG_FIELDS = ("n", "nets")
 
