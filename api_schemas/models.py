@@ -174,15 +174,15 @@ class BlobReportModel(_Strict):
     )
     numeric: ReportFloat = None
     gradient: str | None = Field(None, description="gradient blob; null = none generated")
-    checked: int | None = Field(None, description="elements (full) or directions (fast); JSON only")
+    checked: int | None = Field(None, description="elements (full) or directions (fast)")
     nondifferentiable: bool | None = Field(
-        None, description="the forward run met a kink (Relu at 0, MaxPool tie); JSON only"
+        None, description="the forward run met a kink (Relu at 0, MaxPool tie)"
     )
     note: str | None = None
 
 
 class VerifyReportModel(_Strict):
-    """Outcome of a numeric gradient check (``step``/``atol``/``rtol`` as used; JSON only)."""
+    """Outcome of a numeric gradient check (``step``/``atol``/``rtol`` as used)."""
 
     passed: bool
     mode: str
@@ -217,6 +217,9 @@ class VerifyRequest(_Strict):
     seed: int | None = None
     grad_ops: list[OperatorDefJson] | None = Field(
         None, description="check these gradient ops instead of generated ones"
+    )
+    recompute: bool = Field(
+        False, description="as for /v1/gradients/net: re-run producers of overwritten values"
     )
 
 

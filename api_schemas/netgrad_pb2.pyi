@@ -130,7 +130,7 @@ class VerifyOptions(_message.Message):
     def __init__(self, inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., mode: _Optional[str] = ..., tolerances: _Optional[_Union[Tolerances, _Mapping]] = ..., check: _Optional[_Iterable[str]] = ..., passes: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class BlobReport(_message.Message):
-    __slots__ = ("blob", "passed", "max_abs_error", "max_rel_error", "worst_index", "analytic", "numeric", "gradient", "note")
+    __slots__ = ("blob", "passed", "max_abs_error", "max_rel_error", "worst_index", "analytic", "numeric", "gradient", "note", "checked", "nondifferentiable")
     BLOB_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,8 @@ class BlobReport(_message.Message):
     NUMERIC_FIELD_NUMBER: _ClassVar[int]
     GRADIENT_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    NONDIFFERENTIABLE_FIELD_NUMBER: _ClassVar[int]
     blob: str
     passed: bool
     max_abs_error: float
@@ -149,19 +151,27 @@ class BlobReport(_message.Message):
     numeric: float
     gradient: str
     note: str
-    def __init__(self, blob: _Optional[str] = ..., passed: _Optional[bool] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., analytic: _Optional[float] = ..., numeric: _Optional[float] = ..., gradient: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    checked: int
+    nondifferentiable: bool
+    def __init__(self, blob: _Optional[str] = ..., passed: _Optional[bool] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., analytic: _Optional[float] = ..., numeric: _Optional[float] = ..., gradient: _Optional[str] = ..., note: _Optional[str] = ..., checked: _Optional[int] = ..., nondifferentiable: _Optional[bool] = ...) -> None: ...
 
 class VerifyReport(_message.Message):
-    __slots__ = ("passed", "mode", "blobs", "diagnostics")
+    __slots__ = ("passed", "mode", "blobs", "diagnostics", "step", "atol", "rtol")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     BLOBS_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ATOL_FIELD_NUMBER: _ClassVar[int]
+    RTOL_FIELD_NUMBER: _ClassVar[int]
     passed: bool
     mode: str
     blobs: _containers.RepeatedCompositeFieldContainer[BlobReport]
     diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
-    def __init__(self, passed: _Optional[bool] = ..., mode: _Optional[str] = ..., blobs: _Optional[_Iterable[_Union[BlobReport, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
+    step: float
+    atol: float
+    rtol: float
+    def __init__(self, passed: _Optional[bool] = ..., mode: _Optional[str] = ..., blobs: _Optional[_Iterable[_Union[BlobReport, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., step: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
 
 class NetGradientRequest(_message.Message):
     __slots__ = ("net", "ys", "skip", "return_net", "verify", "recompute")
@@ -194,18 +204,20 @@ class NetGradientResponse(_message.Message):
     def __init__(self, grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., verify_report: _Optional[_Union[VerifyReport, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("net", "ys", "skip", "verify", "grad_ops")
+    __slots__ = ("net", "ys", "skip", "verify", "grad_ops", "recompute")
     NET_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
     VERIFY_FIELD_NUMBER: _ClassVar[int]
     GRAD_OPS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     skip: int
     verify: VerifyOptions
     grad_ops: _containers.RepeatedCompositeFieldContainer[_caffe2_pb2.OperatorDef]
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ...) -> None: ...
+    recompute: bool
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., recompute: _Optional[bool] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
     __slots__ = ("report", "grad_ops", "grad_map", "diagnostics")

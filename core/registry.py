@@ -71,8 +71,8 @@ class OpSchema:
         ``inputs``/``outputs``, when given, are ``op``'s input/output names already read
         out of the protobuf (the backward pass keeps them), so they are not read again.
         """
-        ins = list(op.input) if inputs is None else inputs
-        outs = list(op.output) if outputs is None else outputs
+        ins = op.input[:] if inputs is None else inputs
+        outs = op.output[:] if outputs is None else outputs
         n_in, n_out = len(ins), len(outs)
         if n_in < self.min_inputs or (self.max_inputs >= 0 and n_in > self.max_inputs):
             return f"{op.type} takes {_arity(self.min_inputs, self.max_inputs)} inputs, got {n_in}"
@@ -142,8 +142,8 @@ class GradientMaker:
         output_names: list[str] | None = None,
     ) -> None:
         self.op = op
-        self.input_names = list(op.input) if input_names is None else input_names
-        self.output_names = list(op.output) if output_names is None else output_names
+        self.input_names = op.input[:] if input_names is None else input_names
+        self.output_names = op.output[:] if output_names is None else output_names
         self.g_output: Sequence[GradValue] = g_output
         #: forward input positions whose *value* the gradient ops read (via ``I``)
         self.input_reads: list[int] = []
@@ -198,9 +198,7 @@ class GradientMaker:
     def GI(self, i: int) -> str:
         """Record and return the dense gradient name ``<input>_grad`` of input ``i``."""
         name = self.input_names[i] + "_grad"
-        if isinstance(self.g_input[i], GradientSlice):
-            raise GradientError(f"Input {self.input_names[i]} already set to sparse.")
-        self.g_input[i] = name
+        self.set_dense(i, name)
         return name
 
     def GI_I(self, i: int) -> str:
@@ -222,13 +220,13 @@ class GradientMaker:
     def set_dense(self, i: int, name: str) -> None:
         """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
         if isinstance(self.g_input[i], GradientSlice):
-            raise GradientError(f"Input {self.op.input[i]} already set to sparse.")
+            raise GradientError(f"Input {self.input_names[i]} already set to sparse.")
         self.g_input[i] = name
 
     def set_sparse(self, i: int, indices: str, values: str) -> None:
         """Record a sparse gradient ``GradientSlice(indices, values)`` for input ``i``."""
         if isinstance(self.g_input[i], str):
-            raise GradientError(f"Input {self.op.input[i]} already set to dense.")
+            raise GradientError(f"Input {self.input_names[i]} already set to dense.")
         self.g_input[i] = GradientSlice(indices, values)
 
     # -- arguments -------------------------------------------------------------
@@ -490,7 +488,7 @@ def gradient_for_op_detailed(
         op: forward OperatorDef.
         g_output: one entry per ``op.output``: ``None``, a dense name or a GradientSlice.
         env: generation environment passed to the maker (``core.ir.env.GenEnv``).
-        input_names, output_names: ``list(op.input)`` / ``list(op.output)`` when the caller
+        input_names, output_names: ``op.input`` / ``op.output`` as lists when the caller
             already has them (the backward pass does); read from ``op`` otherwise.
 
     Returns:
@@ -505,9 +503,9 @@ def gradient_for_op_detailed(
     """
     e = REGISTRY.get(op.type)
     if input_names is None:
-        input_names = list(op.input)
+        input_names = op.input[:]
     if output_names is None:
-        output_names = list(op.output)
+        output_names = op.output[:]
     if e is None or e.status is not GradientStatus.GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
         return [], [None] * len(input_names), []  # NO_GRADIENT

@@ -58,7 +58,13 @@ def run_verification(
         )
     options = req.verify if req.verify is not None else VerifyOptions()
     res = verify_net(
-        req.net, req.ys, options, skip=req.skip, grad_ops=req.grad_ops, pool=pool
+        req.net,
+        req.ys,
+        options,
+        skip=req.skip,
+        grad_ops=req.grad_ops,
+        pool=pool,
+        recompute=req.recompute,
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)

@@ -255,7 +255,15 @@ def verify_request(body: Body, max_depth: int) -> NetRequest:
                 _json_message(g, caffe2_pb2.OperatorDef, f"grad_ops[{k}]", max_depth)
                 for k, g in enumerate(m.grad_ops)
             ]
-        return NetRequest(net, _ys_from_json(m.ys), m.skip, False, _verify_from_json(m), grad_ops)
+        return NetRequest(
+            net,
+            _ys_from_json(m.ys),
+            m.skip,
+            False,
+            _verify_from_json(m),
+            grad_ops,
+            recompute=m.recompute,
+        )
     msg = _binary_request(body.data, netgrad_pb2.VerifyRequest, 1, max_depth, False)
     limits.check_depth(msg.net, max_depth)
     for g in msg.grad_ops:
@@ -267,6 +275,7 @@ def verify_request(body: Body, max_depth: int) -> NetRequest:
         False,
         _verify_from_pb(msg.verify),
         list(msg.grad_ops) or None,
+        recompute=msg.recompute,
     )
 
 
@@ -412,6 +421,9 @@ def report_pb(report: Mapping[str, Any], out: netgrad_pb2.VerifyReport) -> None:
     """Fill a ``VerifyReport`` message from the JSON form of a report."""
     out.passed = bool(report.get("passed"))
     out.mode = str(report.get("mode", ""))
+    for key in ("step", "atol", "rtol"):
+        if isinstance(report.get(key), int | float):
+            setattr(out, key, float(report[key]))
     for b in report.get("blobs", ()):
         e = out.blobs.add()
         e.blob = b["blob"]
@@ -420,6 +432,10 @@ def report_pb(report: Mapping[str, Any], out: netgrad_pb2.VerifyReport) -> None:
             if b.get(key) is not None:
                 setattr(e, key, float(b[key]))
         e.worst_index.extend(int(i) for i in b.get("worst_index", ()))
+        if b.get("checked") is not None:
+            e.checked = int(b["checked"])
+        if b.get("nondifferentiable") is not None:
+            e.nondifferentiable = bool(b["nondifferentiable"])
         for key in ("gradient", "note"):
             if b.get(key) is not None:
                 setattr(e, key, str(b[key]))

@@ -656,6 +656,7 @@ def verify_net(
     grad_ops: Sequence[OperatorDef] | None = None,
     pool: Any = None,
     limits: RunLimits | None = None,
+    recompute: bool = False,
 ) -> VerifyResult:
     """Generate the gradient of ``net`` and check it against central differences.
 
@@ -672,6 +673,7 @@ def verify_net(
             comes from generation) - e.g. to prove that a tampered op is caught.
         pool: worker pool for the numeric work.
         limits: job limits (default: the pool's / process defaults).
+        recompute: generate with ``recompute`` (see :func:`core.api.gradient_for_net`).
 
     Returns:
         The report, the gradient ops checked, the grad map and diagnostics.
@@ -685,7 +687,7 @@ def verify_net(
 
     _validate(options)
     seeds = seed_names(net, ys, [s.blob for s in options.inputs])
-    gen = gradient_for_net(net, dict(seeds), skip)
+    gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute)
     ops = list(gen.grad_ops) if grad_ops is None else list(grad_ops)
     job = _Job(
         net.SerializeToString(),
