@@ -261,6 +261,13 @@ class BackwardPass:
             except NetgradError as exc:
                 problems.extend(self._locate(exc, idx))
                 error_types.append(type(exc))
+                # Treat the failed op as having no gradient (all-None g_input): a blob it
+                # rewrote in place has no gradient for its earlier version, so the stale
+                # entry must not reach upstream ops as a second, derived error.
+                outputs = self.op_outputs[idx]
+                for name in self.op_inputs[idx]:
+                    if name in outputs:
+                        input_to_grad[name] = None
             if idx not in first_of_many:
                 continue
             try:
