@@ -94,9 +94,10 @@ def status_for(exc: NetgradError) -> int:
     return 400
 
 
-def problem_item(d: Diagnostic) -> dict[str, Any]:
-    """One ``errors`` entry of a problem document."""
+def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
+    """JSON form of a diagnostic."""
     return {
+        "severity": d.severity,
         "code": d.code,
         "message": d.message,
         "op_index": d.op_index,
@@ -104,6 +105,13 @@ def problem_item(d: Diagnostic) -> dict[str, Any]:
         "path": d.path,
         "blobs": list(d.blobs),
     }
+
+
+def problem_item(d: Diagnostic) -> dict[str, Any]:
+    """One ``errors`` entry of a problem document (a diagnostic without its severity)."""
+    item = diagnostic_json(d)
+    del item["severity"]
+    return item
 
 
 def problem_response(

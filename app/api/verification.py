@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api_schemas import caffe2_pb2
-from app.api.wire import NetRequest, diagnostic_json
-from app.errors import ProblemError
+from app.api.wire import NetRequest
+from app.errors import ProblemError, diagnostic_json
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, verify_net
 

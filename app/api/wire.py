@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from api_schemas import caffe2_pb2, models, netgrad_pb2
 from app.api.negotiation import Body, Media, parse_json
-from app.errors import validation_problems
+from app.errors import diagnostic_json, validation_problems
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
 from core.types import Diagnostic, GradientSlice, GradValue
@@ -297,19 +297,6 @@ def _grad_pb(g: GradValue, out: netgrad_pb2.Gradient) -> None:
         out.dense = g
     else:
         out.Clear()
-
-
-def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
-    """JSON form of a diagnostic."""
-    return {
-        "severity": d.severity,
-        "code": d.code,
-        "message": d.message,
-        "op_index": d.op_index,
-        "op_type": d.op_type,
-        "path": d.path,
-        "blobs": list(d.blobs),
-    }
 
 
 def _diagnostic_pb(d: Diagnostic, out: netgrad_pb2.Diagnostic) -> None:

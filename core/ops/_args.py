@@ -18,7 +18,7 @@ import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, LimitExceededError
-from core.registry import find_arg
+from core.registry import find_arg, kernel_inputs_repr
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -369,3 +369,8 @@ def check_numel(shape: Sequence[int], op: OperatorDef) -> None:
             f"{op.type}: a tensor of shape {list(shape)} has {n} elements, more than the "
             f"limit of {MAX_ELEMENTS}"
         )
+
+
+def kernel_error(op: OperatorDef, inputs: Sequence[np.ndarray], why: str) -> ExecutionError:
+    """An ExecutionError naming the op type, its inputs' dtypes and shapes, and the reason."""
+    return ExecutionError(f"{op.type}: {why} (inputs: {kernel_inputs_repr(inputs)})")

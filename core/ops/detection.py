@@ -15,12 +15,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.errors import ExecutionError
 from core.ops._args import get_bool, get_float, get_int, get_order
+from core.ops._args import kernel_error as _fail
 from core.registry import (
     GradientMaker,
     GradientStatus,
-    kernel_inputs_repr,
     register_gradient,
     register_kernel,
     register_op,
@@ -29,9 +28,6 @@ from core.registry import (
 
 OperatorDef = caffe2_pb2.OperatorDef
 
-
-def _fail(op: OperatorDef, inputs: Sequence[np.ndarray], why: str) -> ExecutionError:
-    return ExecutionError(f"{op.type}: {why} (inputs: {kernel_inputs_repr(inputs)})")
 
 
 register_op(

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.errors import ExecutionError
 from core.ops._args import get_bool, get_float, get_int
+from core.ops._args import kernel_error as _fail
 from core.ops.nn import softmax_rows
 from core.registry import (
     GradientMaker,
-    kernel_inputs_repr,
     register_gradient,
     register_kernel,
     schema,
@@ -26,10 +25,6 @@ OperatorDef = caffe2_pb2.OperatorDef
 
 #: Caffe2's floor on probabilities before taking a log (``kLOG_THRESHOLD``).
 LOG_THRESHOLD = 1e-20
-
-
-def _fail(op: OperatorDef, inputs: Sequence[np.ndarray], why: str) -> ExecutionError:
-    return ExecutionError(f"{op.type}: {why} (inputs: {kernel_inputs_repr(inputs)})")
 
 
 # ---------------------------------------------------------------------------------------------

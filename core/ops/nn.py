@@ -29,9 +29,11 @@ from core.ops._args import (
     get_ints,
     get_order,
 )
+from core.ops._args import (
+    kernel_error as _fail,
+)
 from core.registry import (
     GradientMaker,
-    kernel_inputs_repr,
     make_arg,
     register_gradient,
     register_identity,
@@ -41,10 +43,6 @@ from core.registry import (
 
 OperatorDef = caffe2_pb2.OperatorDef
 
-
-def _fail(op: OperatorDef, inputs: Sequence[np.ndarray], why: str) -> ExecutionError:
-    """An ExecutionError naming the op type, its inputs' shapes and the reason."""
-    return ExecutionError(f"{op.type}: {why} (inputs: {kernel_inputs_repr(inputs)})")
 
 
 def _canonical_axis(op: OperatorDef, axis: int, ndim: int) -> int:
