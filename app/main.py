@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 
 from api_schemas import models
 from app import __version__
@@ -101,7 +102,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if pool is not None:
                 pool.close()
 
-    app = FastAPI(
+    # Swagger UI and ReDoc served from the package (fastapi-offline), not from a CDN, so
+    # /docs renders on machines without internet access.
+    app = FastAPIOffline(
         title="netgrad",
         version=__version__,
         description=DESCRIPTION,

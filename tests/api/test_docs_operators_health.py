@@ -84,3 +84,15 @@ def test_healthz(client: TestClient) -> None:
     r = client.get("/healthz")
     assert r.status_code == 200
     assert r.json()["status"] == "ok"
+
+
+def test_docs_assets_are_served_locally(client: TestClient) -> None:
+    """/docs must render without internet access: no CDN, every asset served here."""
+    import re
+
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(a.startswith("/") for a in assets), assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
