@@ -21,6 +21,7 @@ from api_schemas import caffe2_pb2
 from core.api import NetGradientResult, OpGradientResult
 from core.errors import (
     GradientError,
+    GradientNotDefinedError,
     InvalidNetError,
     InvalidRequestError,
     NetgradError,
@@ -261,13 +262,7 @@ class BackwardPass:
             except NetgradError as exc:
                 problems.extend(self._locate(exc, idx))
                 error_types.append(type(exc))
-                # Treat the failed op as having no gradient (all-None g_input): a blob it
-                # rewrote in place has no gradient for its earlier version, so the stale
-                # entry must not reach upstream ops as a second, derived error.
-                outputs = self.op_outputs[idx]
-                for name in self.op_inputs[idx]:
-                    if name in outputs:
-                        input_to_grad[name] = None
+                self._after_failure(idx, exc, input_to_grad)
             if idx not in first_of_many:
                 continue
             try:
@@ -282,6 +277,32 @@ class BackwardPass:
             )
             raise cls(head, problems)
         return grad_ops, self._ordered_map(input_to_grad)
+
+    def _after_failure(
+        self, idx: int, exc: NetgradError, input_to_grad: dict[str, GradValue]
+    ) -> None:
+        """Keep the pass going after op ``idx`` failed, so one answer names every bad op.
+
+        An op without a gradient passes a stand-in gradient to each input, so ops further up
+        the path are still asked for theirs and every one of them that has none is reported
+        too (e.g. GenerateProposals behind BBoxTransform behind BoxWithNMSLimit). Control ops
+        are excluded: their inputs include workspace and condition blobs, which no gradient
+        ever reaches. After other failures (version errors, malformed ops) the op counts as
+        having no gradient: a blob it rewrote in place loses its stale entry, so no derived
+        error follows. The stand-ins never reach an answer: the pass raises at the end.
+        """
+        inputs = self.op_inputs[idx]
+        control = self.op_types[idx] in CONTROL_OP_TYPES
+        if isinstance(exc, GradientNotDefinedError) and not control:
+            versions = self.in_versions[idx]
+            for name in inputs:
+                input_to_grad[name] = name + "_grad"
+                self.gradient_frontier[name] = versions[name]
+            return
+        outputs = self.op_outputs[idx]
+        for name in inputs:
+            if name in outputs:
+                input_to_grad[name] = None
 
     def _locate(self, exc: NetgradError, idx: int) -> list[Diagnostic]:
         """Fill op index/type/path into problems that do not say where they happened."""

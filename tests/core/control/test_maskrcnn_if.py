@@ -41,10 +41,19 @@ def test_gradient_of_undeclared_branch_output_is_the_seed_only(
 def test_detection_outputs_list_every_op_without_gradient(shared_dir: Path, name: str) -> None:
     net = load(shared_dir, name)
     with pytest.raises(GradientNotDefinedError) as info:
-        gradient_for_net(net, ["score_nms", "bbox_nms"])
+        gradient_for_net(net, ["score_nms"])
     types = {p.op_type for p in info.value.problems}
-    assert "BoxWithNMSLimit" in types
+    assert {"BoxWithNMSLimit", "BBoxTransform", "GenerateProposals"} <= types
     assert all(p.op_index is not None and p.path for p in info.value.problems)
+
+
+def test_detectron_lists_all_three_detection_ops_at_once(shared_dir: Path) -> None:
+    net = load(shared_dir, "model_zoo__detectron_e2e_faster_rcnn_R-50-C4_1x__predict_net.pbtxt")
+    with pytest.raises(GradientNotDefinedError) as info:
+        gradient_for_net(net, ["score_nms"])
+    assert [p.op_type for p in info.value.problems] == [
+        "BoxWithNMSLimit", "BBoxTransform", "GenerateProposals"
+    ]
 
 
 def test_fp32_conv_feature_gradient_passes_the_if(shared_dir: Path) -> None:
