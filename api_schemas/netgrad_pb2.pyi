@@ -230,3 +230,39 @@ class VerifyResponse(_message.Message):
     grad_map: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
     def __init__(self, report: _Optional[_Union[VerifyReport, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
+
+class RunRequest(_message.Message):
+    __slots__ = ("net", "inputs", "fetch", "ys", "skip", "recompute")
+    NET_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    YS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    net: _caffe2_pb2.NetDef
+    inputs: _containers.RepeatedCompositeFieldContainer[InputSpec]
+    fetch: _containers.RepeatedScalarFieldContainer[str]
+    ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
+    skip: int
+    recompute: bool
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., fetch: _Optional[_Iterable[str]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., recompute: _Optional[bool] = ...) -> None: ...
+
+class BlobValue(_message.Message):
+    __slots__ = ("blob", "tensor")
+    BLOB_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_FIELD_NUMBER: _ClassVar[int]
+    blob: str
+    tensor: Tensor
+    def __init__(self, blob: _Optional[str] = ..., tensor: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("outputs", "grad_ops", "grad_map", "diagnostics")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_OPS_FIELD_NUMBER: _ClassVar[int]
+    GRAD_MAP_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[BlobValue]
+    grad_ops: _containers.RepeatedCompositeFieldContainer[_caffe2_pb2.OperatorDef]
+    grad_map: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
+    diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
+    def __init__(self, outputs: _Optional[_Iterable[_Union[BlobValue, _Mapping]]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...

@@ -90,12 +90,15 @@ def _generate_remote(
     req = netgrad_pb2.NetGradientRequest(net=net, skip=skip, recompute=recompute)
     for y in ys:
         req.ys.add(blob=y)
-    resp = httpx.post(
-        url.rstrip("/") + "/v1/gradients/net",
-        content=codec.to_binary(req),
-        headers={"Content-Type": "application/protobuf", "Accept": "application/protobuf"},
-        timeout=600.0,
-    )
+    try:
+        resp = httpx.post(
+            url.rstrip("/") + "/v1/gradients/net",
+            content=codec.to_binary(req),
+            headers={"Content-Type": "application/protobuf", "Accept": "application/protobuf"},
+            timeout=600.0,
+        )
+    except httpx.HTTPError as exc:
+        raise RemoteError(0, f"cannot reach {url}: {exc}") from exc
     if resp.status_code != 200:
         raise RemoteError(resp.status_code, resp.text)
     msg = codec.from_binary(resp.content, netgrad_pb2.NetGradientResponse)
@@ -125,10 +128,11 @@ def _generate_remote(
 
 
 class RemoteError(Exception):
-    """The server answered with an error status (its problem document is the message)."""
+    """The server answered with an error status (its problem document is the message), or
+    could not be reached (``status`` 0)."""
 
     def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"server answered {status}: {body}")
+        super().__init__(f"server answered {status}: {body}" if status else body)
         self.status = status
         self.body = body
 

@@ -101,3 +101,19 @@ def test_grad_against_a_server_prints_the_same(
         assert cli.main(["grad", str(path), "--url", url, "--ys", "nowhere"]) == 1
         assert "nowhere" in capsys.readouterr().err
     assert remote == local
+
+
+def test_unreachable_server_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a free local port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    net = tmp_path / "n.pbtxt"
+    net.write_text('op { input: "x" output: "y" type: "Relu" }\n')
+    rc = cli.main(["grad", str(net), "--url", f"http://127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("netgrad: cannot reach") and "Traceback" not in err
