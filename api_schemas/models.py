@@ -232,6 +232,45 @@ class VerifyResponse(_Strict):
     diagnostics: list[DiagnosticModel]
 
 
+class RunRequest(_Strict):
+    """Run a net (plus its generated gradient ops when ``ys`` is given) and fetch blobs."""
+
+    net: NetDefJson
+    inputs: list[InputSpecModel] = Field(
+        default_factory=list, description="fed blobs, as for /v1/verify (dtypes kept)"
+    )
+    fetch: list[str] = Field(description="blobs to return, in this order")
+    ys: list[str] | dict[str, GradEntry] | None = Field(
+        None,
+        description="as for /v1/gradients/net: append the gradient ops of these outputs "
+        "(auto seeds are all-ones) before running; null or empty = forward only",
+    )
+    skip: int = Field(0, ge=0, description="with ys: ignore the first `skip` ops (they run)")
+    recompute: bool = Field(False, description="with ys: as for /v1/gradients/net")
+
+
+#: A tensor element in a response: a number, or a non-finite float spelled as in protobuf's
+#: JSON mapping. Integer and bool tensors give integers (bool as 0/1).
+ValueElement = float | int | Literal["NaN", "Infinity", "-Infinity"]
+
+
+class TensorValueModel(_Strict):
+    """A fetched tensor: ``shape``, NumPy ``dtype`` name and row-major ``data``."""
+
+    shape: list[int]
+    dtype: str
+    data: list[ValueElement]
+
+
+class RunResponse(_Strict):
+    """Fetched blobs (fetch order); with ``ys`` also the appended gradient ops and grad map."""
+
+    outputs: dict[str, TensorValueModel]
+    grad_ops: list[OperatorDefJson] | None = None
+    grad_map: dict[str, GradEntry] | None = None
+    diagnostics: list[DiagnosticModel]
+
+
 class ProblemItem(BaseModel):
     """One offending item of a problem (typically one op)."""
 
@@ -287,6 +326,8 @@ API_MODELS: tuple[type[BaseModel], ...] = (
     NetGradientResponse,
     VerifyRequest,
     VerifyResponse,
+    RunRequest,
+    RunResponse,
     Problem,
     OperatorList,
     Health,

@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 
 from api_schemas import models
 from app import __version__
-from app.api.routes import gradients, health, operators, verify
+from app.api.routes import gradients, health, operators, run, verify
 from app.errors import install_handlers
 from app.settings import Settings, get_settings
 from core.proto.limits import DECODER_MAX_DEPTH
@@ -116,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     app.include_router(gradients.router)
     app.include_router(verify.router)
+    app.include_router(run.router)
     app.include_router(operators.router)
     app.include_router(health.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

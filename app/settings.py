@@ -28,6 +28,8 @@ class Settings(BaseSettings):
         job_memory_bytes: address-space limit of a worker process.
         job_max_elements: largest tensor (elements) a job may create.
         job_max_iterations: most loop iterations (While) a job may run.
+        max_fetch_elements: most tensor elements one ``POST /v1/run`` may return (all fetched
+            blobs together; 422 above).
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -41,6 +43,7 @@ class Settings(BaseSettings):
     job_memory_bytes: int = Field(default=4 * 1024**3, ge=64 * 1024**2)
     job_max_elements: int = Field(default=100_000_000, ge=1)
     job_max_iterations: int = Field(default=100_000, ge=1)
+    max_fetch_elements: int = Field(default=10**6, ge=1)
 
 
 @lru_cache

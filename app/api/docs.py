@@ -56,6 +56,90 @@ VERIFY_REQUEST: dict[str, Any] = {
     "tolerances": {"step": 1e-6, "atol": 1e-6, "rtol": 1e-4},
 }
 
+def _const(blob: str, value: float) -> dict[str, Any]:
+    """``ConstantFill`` of a float32 tensor of shape [1] (dtype 1 = FLOAT)."""
+    return {
+        "type": "ConstantFill",
+        "output": [blob],
+        "arg": [
+            {"name": "shape", "ints": [1]},
+            {"name": "value", "f": value},
+            {"name": "dtype", "i": 1},
+        ],
+    }
+
+
+def _branch(name: str, exponent: float) -> dict[str, Any]:
+    """One branch of the If tutorial: ``Pow(y -> z)`` inside a ``Do`` on its own workspace."""
+    ws = f"tutorial_if/workspace_if_{name}"
+    pow_net = {
+        "name": name,
+        "op": [
+            {
+                "type": "Pow",
+                "input": ["y"],
+                "output": ["z"],
+                "arg": [{"name": "exponent", "f": exponent}],
+            }
+        ],
+    }
+    return {
+        "name": f"do_{name}_net",
+        "op": [
+            {
+                "type": "Do",
+                "input": ["y", ws],
+                "output": ["z", ws],
+                "arg": [
+                    {"name": "net", "n": pow_net},
+                    {"name": "inner_blobs", "strings": ["y", "z"]},
+                    {"name": "outer_blobs_idx", "ints": [0, 1]},
+                ],
+            }
+        ],
+        "external_output": ["z", ws],
+    }
+
+
+#: control-flow-cases §9 (Caffe2 Control_Ops tutorial): y = 4; z = y**2 if x > 0 else y**3,
+#: lowered the way ``add_if_op`` does it (If around one Do per branch). ``x`` is fed.
+IF_TUTORIAL_NET: dict[str, Any] = {
+    "name": "tutorial_if",
+    "op": [
+        _const("zero", 0.0),
+        _const("one", 1.0),
+        _const("y", 4.0),
+        _const("z", 0.0),
+        {"type": "GT", "input": ["x", "zero"], "output": ["x_gt_zero"]},
+        {"type": "CreateScope", "output": ["tutorial_if/workspace_if_then"]},
+        {"type": "CreateScope", "output": ["tutorial_if/workspace_if_else"]},
+        {
+            "type": "If",
+            "input": [
+                "x_gt_zero",
+                "y",
+                "tutorial_if/workspace_if_then",
+                "tutorial_if/workspace_if_else",
+            ],
+            "output": ["z", "tutorial_if/workspace_if_then", "tutorial_if/workspace_if_else"],
+            "arg": [
+                {"name": "then_net", "n": _branch("then", 2.0)},
+                {"name": "else_net", "n": _branch("else", 3.0)},
+            ],
+        },
+    ],
+    "external_output": ["z", "tutorial_if/workspace_if_then", "tutorial_if/workspace_if_else"],
+}
+
+#: Run the If tutorial with x = 0.5 and its gradient w.r.t. z: z = 16, y_grad = 2·y = 8.
+RUN_REQUEST: dict[str, Any] = {
+    "net": IF_TUTORIAL_NET,
+    "inputs": [{"blob": "x", "tensor": {"shape": [], "dtype": "float32", "data": [0.5]}}],
+    "fetch": ["z", "y_grad"],
+    "ys": ["z"],
+}
+
+
 PROTOBUF_NOTE = (
     "Binary bodies are netgrad.v1 messages of api_schemas/netgrad.proto "
     "(Content-Type application/protobuf or application/x-protobuf)."

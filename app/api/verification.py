@@ -6,13 +6,13 @@ Numeric work never runs in the server process: without a worker pool
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from api_schemas import caffe2_pb2
 from app.api.wire import NetRequest
+from app.api.wire import json_float as _num
 from app.errors import ProblemError, diagnostic_json
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, verify_net
@@ -85,18 +85,6 @@ def _verdict(report: VerifyReport) -> Diagnostic:
         f"numeric check ({report.mode}) failed for {', '.join(failed)}",
         blobs=tuple(failed),
     )
-
-
-def _num(x: float | None) -> float | str | None:
-    """A report number as JSON: non-finite values spelled as protobuf's JSON mapping does."""
-    if x is None:
-        return None
-    x = float(x)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
 
 
 def report_json(report: VerifyReport, diagnostics: Sequence[Diagnostic]) -> dict[str, Any]:

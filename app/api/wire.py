@@ -9,10 +9,12 @@ looks at the net.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 from google.protobuf import message
 from pydantic import BaseModel, ValidationError
 
@@ -48,6 +50,18 @@ class NetRequest:
     return_net: bool = False
     verify: VerifyOptions | None = None
     grad_ops: list[caffe2_pb2.OperatorDef] | None = None
+    recompute: bool = False
+
+
+@dataclass
+class RunCall:
+    """Decoded ``POST /v1/run`` (``ys`` is ``None`` for a forward-only run)."""
+
+    net: caffe2_pb2.NetDef
+    inputs: list[InputSpec]
+    fetch: list[str]
+    ys: Ys | None = None
+    skip: int = 0
     recompute: bool = False
 
 
@@ -151,8 +165,8 @@ def _options(
     )
 
 
-def _verify_from_json(v: models.VerifyOptionsModel | models.VerifyRequest) -> VerifyOptions:
-    inputs = [
+def _inputs_from_json(specs: Sequence[models.InputSpecModel]) -> list[InputSpec]:
+    return [
         InputSpec(
             i.blob,
             TensorSpec(list(i.tensor.shape), i.tensor.dtype, list(i.tensor.data))
@@ -160,8 +174,12 @@ def _verify_from_json(v: models.VerifyOptionsModel | models.VerifyRequest) -> Ve
             else None,
             RandomSpec(**i.random.model_dump()) if i.random else None,
         )
-        for i in v.inputs
+        for i in specs
     ]
+
+
+def _verify_from_json(v: models.VerifyOptionsModel | models.VerifyRequest) -> VerifyOptions:
+    inputs = _inputs_from_json(v.inputs)
     tol = v.tolerances or models.TolerancesModel()
     return _options(inputs, v.mode, tol.step, tol.atol, tol.rtol, v.check, v.passes, v.seed)
 
@@ -170,9 +188,9 @@ def _opt(msg: message.Message, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
-def _verify_from_pb(v: netgrad_pb2.VerifyOptions) -> VerifyOptions:
+def _inputs_from_pb(specs: Sequence[netgrad_pb2.InputSpec]) -> list[InputSpec]:
     inputs = []
-    for i in v.inputs:
+    for i in specs:
         kind = i.WhichOneof("kind")
         tensor = random = None
         if kind == "tensor":
@@ -189,6 +207,11 @@ def _verify_from_pb(v: netgrad_pb2.VerifyOptions) -> VerifyOptions:
                 _opt(r, "high"),
             )
         inputs.append(InputSpec(i.blob, tensor, random))
+    return inputs
+
+
+def _verify_from_pb(v: netgrad_pb2.VerifyOptions) -> VerifyOptions:
+    inputs = _inputs_from_pb(v.inputs)
     tol = v.tolerances
     return _options(
         inputs,
@@ -279,7 +302,68 @@ def verify_request(body: Body, max_depth: int) -> NetRequest:
     )
 
 
+def run_request(body: Body, max_depth: int) -> RunCall:
+    """Decode ``POST /v1/run``: ``{net, inputs, fetch, ys?, skip?, recompute?}``.
+
+    An empty ``ys`` (JSON ``[]``/``{}``, or no binary entries) means a forward-only run.
+
+    Raises:
+        DecodeError, InvalidRequestError, LimitExceededError: as for :func:`op_request`.
+    """
+    if body.media is Media.JSON:
+        m = _json_model(body.data, models.RunRequest)
+        net = _json_message(m.net, caffe2_pb2.NetDef, "net", max_depth)
+        ys = _ys_from_json(m.ys) if m.ys else None
+        return RunCall(
+            net, _inputs_from_json(m.inputs), list(m.fetch), ys, m.skip, m.recompute
+        )
+    msg = _binary_request(body.data, netgrad_pb2.RunRequest, 1, max_depth, False)
+    limits.check_depth(msg.net, max_depth)
+    ys = _ys_from_pb(msg.ys) if len(msg.ys) else None
+    return RunCall(
+        msg.net, _inputs_from_pb(msg.inputs), list(msg.fetch), ys, msg.skip, msg.recompute
+    )
+
+
 # -- responses ---------------------------------------------------------------------------------
+
+
+def json_float(x: float | None) -> float | str | None:
+    """A float as JSON: non-finite values spelled as protobuf's JSON mapping does."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def tensor_json(arr: np.ndarray) -> dict[str, Any]:
+    """JSON form ``{shape, dtype, data}`` of a fetched tensor (row-major ``data``).
+
+    Floats are Python floats (shortest repr that round-trips the float64 value, so a float32
+    value prints as its exact float64 widening), non-finite ones ``"NaN"``/``"Infinity"``/
+    ``"-Infinity"``; integers stay exact integers; bools are 0/1.
+    """
+    flat = arr.reshape(-1)
+    data: list[Any]
+    if flat.dtype.kind in "iu":
+        data = flat.tolist()
+    elif flat.dtype.kind == "b":
+        data = flat.astype(np.int64).tolist()
+    else:
+        data = flat.astype(np.float64).tolist()
+        if not bool(np.isfinite(flat).all()):
+            data = [json_float(v) for v in data]
+    return {"shape": [int(d) for d in arr.shape], "dtype": str(arr.dtype), "data": data}
+
+
+def _tensor_pb(arr: np.ndarray, out: netgrad_pb2.Tensor) -> None:
+    out.shape.extend(int(d) for d in arr.shape)
+    out.dtype = str(arr.dtype)
+    out.data.extend(arr.reshape(-1).astype(np.float64).tolist())
 
 
 def grad_json(g: GradValue) -> str | dict[str, str] | None:
@@ -429,3 +513,34 @@ def report_pb(report: Mapping[str, Any], out: netgrad_pb2.VerifyReport) -> None:
     for d in report.get("diagnostics", ()):
         diag = Diagnostic(**{**d, "blobs": tuple(d.get("blobs", ()))})
         _diagnostic_pb(diag, out.diagnostics.add())
+
+
+def run_response(
+    outputs: Mapping[str, np.ndarray],
+    grad_ops: Sequence[caffe2_pb2.OperatorDef] | None,
+    grad_map: Mapping[str, GradValue] | None,
+    diagnostics: Sequence[Diagnostic],
+    media: Media,
+) -> tuple[dict[str, Any] | None, bytes | None]:
+    """``(json_obj, None)`` or ``(None, protobuf bytes)`` of a run answer.
+
+    ``grad_ops`` and ``grad_map`` are left out (JSON) or empty (binary) when ``None``.
+    """
+    if media is Media.PROTOBUF:
+        msg = netgrad_pb2.RunResponse()
+        for blob, arr in outputs.items():
+            v = msg.outputs.add()
+            v.blob = blob
+            _tensor_pb(arr, v.tensor)
+        msg.grad_ops.extend(grad_ops or ())
+        _grad_map_pb(grad_map or {}, msg.grad_map)
+        for d in diagnostics:
+            _diagnostic_pb(d, msg.diagnostics.add())
+        return None, codec.to_binary(msg)
+    obj: dict[str, Any] = {"outputs": {b: tensor_json(a) for b, a in outputs.items()}}
+    if grad_ops is not None:
+        obj["grad_ops"] = [codec.to_json_obj(op) for op in grad_ops]
+    if grad_map is not None:
+        obj["grad_map"] = grad_map_json(grad_map)
+    obj["diagnostics"] = [diagnostic_json(d) for d in diagnostics]
+    return obj, None

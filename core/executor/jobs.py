@@ -77,13 +77,14 @@ def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> di
     missing: list[Diagnostic] = []
     out: dict[str, np.ndarray] = {}
     for k, name in enumerate(fetch):
-        value = ws.get(name) if ws.has(name) else None
+        value = ws.get_or_unset(name)
         if isinstance(value, np.ndarray):
             out[name] = value
             continue
-        why = "holds a workspace stack, not a tensor" if isinstance(
-            value, WorkspaceStack
-        ) else "was not produced by the run (nor fed)"
+        if isinstance(value, WorkspaceStack):
+            why = "holds a workspace stack, not a tensor"
+        else:
+            why = "was not produced by the run (nor fed)"
         missing.append(
             Diagnostic(
                 "error", "fetch_not_produced", f"fetch[{k}]: blob '{name}' {why}",

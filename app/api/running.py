@@ -1,0 +1,44 @@
+"""Glue between ``POST /v1/run`` and :func:`core.executor.jobs.run_net` (run in the pool).
+
+Like verification, running a net is numeric work and never happens in the server process:
+without a worker pool (``NETGRAD_WORKERS=0``) the request is refused with 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.wire import RunCall
+from app.errors import ProblemError
+from core.executor.jobs import RunResult, run_net
+from core.ir.env import GenLimits
+
+
+def run_in_pool(req: RunCall, pool: Any, max_fetch_elements: int, limits: GenLimits) -> RunResult:
+    """Run ``req`` (forward net, plus gradient ops when ``req.ys``) in a worker process.
+
+    Raises:
+        ProblemError: 503 when no worker pool runs.
+        InvalidRequestError, GradientError, ExecutionError, LimitExceededError: from the engine
+            (a fetch name the run did not produce is ``ExecutionError`` ``fetch_not_produced``,
+            more than ``max_fetch_elements`` returned elements ``LimitExceededError``
+            ``fetch_too_large``).
+    """
+    if pool is None:
+        raise ProblemError(
+            503,
+            "run_unavailable",
+            "running nets happens in worker processes; start the service with "
+            "NETGRAD_WORKERS >= 1",
+        )
+    return run_net(
+        req.net,
+        req.inputs,
+        req.fetch,
+        ys=req.ys,
+        skip=req.skip,
+        recompute=req.recompute,
+        pool=pool,
+        max_fetch_elements=max_fetch_elements,
+        gen_limits=limits,
+    )
