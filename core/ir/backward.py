@@ -474,7 +474,12 @@ class BackwardPass:
     ) -> None:
         """A gradient op input names a forward value overwritten later: recompute or raise."""
         name = gop.input[pos]
-        fresh = self._recompute(name, version) if self.env.recompute else None
+        fresh = None
+        if self.env.recompute:
+            try:
+                fresh = self._recompute(name, version)
+            except RecursionError:  # a chain of in-place rewrites too long to replay
+                fresh = None
         if fresh is None:
             self._version_error(kind, idx, name, name)
         else:
