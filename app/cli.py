@@ -177,19 +177,45 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         print(f"netgrad: cannot read {ns.file}: {exc}", file=sys.stderr)
         return 2
     except NetgradError as exc:
-        print(f"netgrad: {exc.code}: {exc.message}", file=sys.stderr)
-        for p in exc.problems:
-            where = f" at {p.path}" if p.path else ""
-            print(f"  - {p.code}{where}: {p.message}", file=sys.stderr)
+        _print_problem(exc.code, exc.message, [_problem_dict(p) for p in exc.problems])
         return 1
     except RemoteError as exc:
-        print(f"netgrad: {exc}", file=sys.stderr)
+        doc = _problem_document(exc.body)
+        if doc is None:
+            print(f"netgrad: {exc}", file=sys.stderr)
+        else:
+            code = str(doc.get("type", "")).rsplit(":", 1)[-1]
+            _print_problem(code, f"{doc.get('detail', '')} (HTTP {exc.status})",
+                           doc.get("errors", []))
         return 1
     for d in diags:
         where = f" at {d.path}" if d.path else ""
         print(f"{d.severity}: {d.code}{where}: {d.message}", file=sys.stderr)
     sys.stdout.write(format_result(grad_ops, grad_map, ns.format).rstrip("\n") + "\n")
     return 0
+
+
+def _problem_dict(p: Diagnostic) -> dict[str, Any]:
+    return {"code": p.code, "path": p.path, "message": p.message}
+
+
+def _problem_document(body: str) -> dict[str, Any] | None:
+    """The server's RFC 9457 problem document, or ``None`` when the body is not one."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and "errors" in doc else None
+
+
+def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
+    """The same error report for local and remote failures: headline, then one line each."""
+    print(f"netgrad: {code}: {message}", file=sys.stderr)
+    for p in errors:
+        if not isinstance(p, dict):
+            continue
+        where = f" at {p['path']}" if p.get("path") else ""
+        print(f"  - {p.get('code')}{where}: {p.get('message')}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,8 +99,14 @@ def test_grad_against_a_server_prints_the_same(
         assert cli.main(["grad", str(path), "--url", url]) == 0
         remote = capsys.readouterr().out
         assert cli.main(["grad", str(path), "--url", url, "--ys", "nowhere"]) == 1
-        assert "nowhere" in capsys.readouterr().err
+        remote_err = capsys.readouterr().err
+    assert cli.main(["grad", str(path), "--ys", "nowhere"]) == 1
+    local_err = capsys.readouterr().err
     assert remote == local
+    # The same error report either way: headline, then one line per problem.
+    assert remote_err.startswith("netgrad: invalid_request: ") and "(HTTP 400)" in remote_err
+    assert remote_err.splitlines()[1:] == local_err.splitlines()[1:]
+    assert "nowhere" in remote_err
 
 
 def test_unreachable_server_is_a_clean_error(

@@ -42,7 +42,14 @@ from core.types import Diagnostic
 _GRACE_S = 0.3
 #: Seconds a new worker may take to import NumPy and the kernels before it counts as broken.
 _STARTUP_TIMEOUT_S = 60.0
-_MODULES_TO_PRELOAD = ("numpy", "core.executor.executor", "core.verify.checker")
+#: Imported when a worker starts, so that a job never has to import engine code later
+#: (the installed files may have been replaced meanwhile, e.g. by a reinstall).
+_MODULES_TO_PRELOAD = (
+    "numpy",
+    "core.executor.executor",
+    "core.executor.jobs",
+    "core.verify.checker",
+)
 
 
 def _worker_main(conn: Connection, limits: RunLimits) -> None:
@@ -71,9 +78,9 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
             msg = conn.recv()
         except EOFError:
             return
-        except Exception as exc:  # the job itself could not be unpickled
-            conn.send(("error", f"job could not be loaded in the worker: {exc!r}"))
-            continue
+        except Exception as exc:  # the job could not be unpickled: this worker is unusable
+            conn.send(("broken", f"job could not be loaded in the worker: {exc!r}"))
+            return
         if msg is None:
             return
         fn, args = msg
@@ -159,6 +166,14 @@ def _rebuild_error(module: str, qualname: str, message: str,
         cls = ExecutionError
     err: NetgradError = cls(message, problems)
     return err
+
+
+class _WorkerLost(Exception):
+    """Internal: the worker of a job must be replaced; ``error`` is what to raise then."""
+
+    def __init__(self, error: NetgradError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class WorkerPool:
@@ -274,38 +289,64 @@ class WorkerPool:
             else:
                 raise ExecutionError("could not start an execution worker")
             try:
-                w.conn.send((fn, args))
-            except (OSError, ValueError) as exc:
+                reply = self._exchange(w, fn, args)
+                if reply[0] == "broken":  # a worker that cannot load jobs: a fresh one retries
+                    w = self._replace(w)
+                    if not w.wait_ready():
+                        raise ExecutionError("could not start an execution worker")
+                    reply = self._exchange(w, fn, args)
+                    if reply[0] == "broken":
+                        w = self._replace(w)
+                        raise ExecutionError(f"execution worker failed: {reply[1]}")
+            except _WorkerLost as lost:
                 w = self._replace(w)
-                raise ExecutionError(f"could not send the job to a worker: {exc}") from exc
-            except Exception as exc:  # pickling the job failed; the worker is fine
-                raise ExecutionError(f"job is not picklable: {exc!r}") from exc
-            limit = self.limits.wall_clock_s
-            start = time.monotonic()
-            if not w.conn.poll(limit + _GRACE_S):
-                w = self._replace(w)
-                raise LimitExceededError(
-                    f"job exceeded the wall-clock limit of {limit} s and was stopped",
-                    [Diagnostic("error", "wall_clock_exceeded",
-                                f"job exceeded the wall-clock limit of {limit} s")],
-                )
-            try:
-                reply = w.conn.recv()
-            except (EOFError, OSError) as exc:
-                code = w.proc.exitcode
-                w.proc.join(timeout=1)
-                code = w.proc.exitcode if w.proc.exitcode is not None else code
-                elapsed = time.monotonic() - start
-                w = self._replace(w)
-                raise ExecutionError(
-                    f"execution worker crashed after {elapsed:.2f} s (exit code {code}); "
-                    "it was replaced"
-                ) from exc
+                raise lost.error from lost.__cause__
             if reply[0] == "limit":  # the worker exits after a MemoryError: replace it now
                 w = self._replace(w)
             return self._unpack(reply)
         finally:
             self._release(w)
+
+    def _exchange(self, w: _Worker, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[
+        Any, ...
+    ]:
+        """Send one job to worker ``w`` and wait for its reply, under the wall-clock limit.
+
+        Raises:
+            _WorkerLost: the worker must be replaced (no reply within the wall-clock limit,
+                it died, or the pipe broke); carries the error to raise.
+            ExecutionError: the job could not be pickled (the worker is fine).
+        """
+        try:
+            w.conn.send((fn, args))
+        except (OSError, ValueError) as exc:
+            err = ExecutionError(f"could not send the job to a worker: {exc}")
+            raise _WorkerLost(err) from exc
+        except Exception as exc:  # pickling the job failed; the worker is fine
+            raise ExecutionError(f"job is not picklable: {exc!r}") from exc
+        limit = self.limits.wall_clock_s
+        start = time.monotonic()
+        if not w.conn.poll(limit + _GRACE_S):
+            raise _WorkerLost(
+                LimitExceededError(
+                    f"job exceeded the wall-clock limit of {limit} s and was stopped",
+                    [Diagnostic("error", "wall_clock_exceeded",
+                                f"job exceeded the wall-clock limit of {limit} s")],
+                )
+            )
+        try:
+            reply: tuple[Any, ...] = w.conn.recv()
+        except (EOFError, OSError) as exc:
+            code = w.proc.exitcode
+            w.proc.join(timeout=1)
+            code = w.proc.exitcode if w.proc.exitcode is not None else code
+            elapsed = time.monotonic() - start
+            err = ExecutionError(
+                f"execution worker crashed after {elapsed:.2f} s (exit code {code}); "
+                "it was replaced"
+            )
+            raise _WorkerLost(err) from exc
+        return reply
 
     def _unpack(self, reply: tuple[Any, ...]) -> Any:
         kind = reply[0]

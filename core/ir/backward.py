@@ -272,8 +272,10 @@ class BackwardPass:
                 error_types.append(type(exc))
         if problems:
             cls = error_types[0] if len(set(error_types)) == 1 else GradientError
-            head = problems[0].message if len(problems) == 1 else (
-                f"{len(problems)} ops on the backward path failed; see errors"
+            first = problems[0].message
+            head = first if len(problems) == 1 else (
+                f"{len(problems)} ops on the backward path failed; the first: "
+                + first.split("\n", 1)[0]
             )
             raise cls(head, problems)
         return grad_ops, self._ordered_map(input_to_grad)
@@ -570,7 +572,7 @@ class BackwardPass:
             if not self.env.recompute:
                 msg += (
                     " (netgrad can re-run the op that produced it into a fresh blob: "
-                    "send recompute=true)"
+                    "send recompute=true, or --recompute on the command line)"
                 )
         raise VersionMismatchError.at(f"{msg}\n{hist}", blobs=tuple(dict.fromkeys((name, blob))))
 

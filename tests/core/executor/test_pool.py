@@ -165,3 +165,25 @@ def test_huge_fill_fails_fast_in_a_worker(pool: WorkerPool) -> None:
         pool.submit(execute, net, {})
     assert time.monotonic() - start < LIMIT_S  # refused before allocating, not timed out
     assert info.value.problems[0].op_type == "ConstantFill"
+
+
+def test_a_worker_that_cannot_load_a_job_is_replaced_and_the_job_retried(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """E.g. the package was reinstalled under a running server: the old worker cannot
+    import the job's module any more; a fresh worker can."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    with WorkerPool(1) as pool:
+        before = pool.pids()
+        Path(tmp_path, "late_job_module.py").write_text("def twice(x):\n    return 2 * x\n")
+        sys.path.insert(0, str(tmp_path))  # only workers started from now on see it
+        try:
+            mod = importlib.import_module("late_job_module")
+            assert pool.submit(mod.twice, 21) == 42
+            assert pool.pids() != before
+        finally:
+            sys.path.remove(str(tmp_path))
+            sys.modules.pop("late_job_module", None)
