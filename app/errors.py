@@ -130,6 +130,7 @@ def problem_response(
 
 
 def validation_problems(errors: Sequence[Any]) -> list[Diagnostic]:
+    """One diagnostic per pydantic validation error (``unknown_field`` or ``invalid_field``)."""
     out = []
     for e in errors:
         loc = [str(p) for p in e.get("loc", ()) if p != "body"]

@@ -235,10 +235,12 @@ class GradientMaker:
         return find_arg(self.op, name)
 
     def arg_i(self, name: str, default: int) -> int:
+        """Integer argument ``name`` (field ``i``), or ``default``."""
         a = self.arg(name)
         return int(a.i) if a is not None and a.HasField("i") else default
 
     def arg_f(self, name: str, default: float) -> float:
+        """Float argument ``name`` (``f``, or ``i`` widened), or ``default``."""
         a = self.arg(name)
         if a is None:
             return default
@@ -249,10 +251,12 @@ class GradientMaker:
         return default
 
     def arg_s(self, name: str, default: str) -> str:
+        """String argument ``name`` (``s`` decoded as UTF-8), or ``default``."""
         a = self.arg(name)
         return a.s.decode("utf-8", "replace") if a is not None and a.HasField("s") else default
 
     def arg_ints(self, name: str) -> list[int] | None:
+        """List argument ``name`` (``ints``), or ``None`` when absent."""
         a = self.arg(name)
         return list(a.ints) if a is not None else None
 

@@ -63,6 +63,7 @@ class GradGen:
 
     @property
     def sparse(self) -> bool:
+        """Whether this generator writes a GradientSlice."""
         return isinstance(self.gradient, GradientSlice)
 
 
