@@ -339,14 +339,42 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
     if not seeds:
         raise _err(env, op, "Empty initial gradient map for Do op", "empty_gradient_map")
     sub = subnet_gradient(op, b.subnet, seeds, env, "net")
-    if not sub.ops:
+    # Outputs (spec §3.3 step 5): one outer gradient per forward input that got an inner
+    # gradient, copied out through <x>/_DO_OPERATOR_INNER_GRAD_COPY_. An inner gradient may
+    # be a seed itself (pass-through ops such as Sum): the copy then reads the seed.
+    seed_by_outer = {outer: inner for inner, outer in seed_outer.items()}
+    out_bindings: dict[str, str] = {}
+    outputs: list[str] = []
+    copy_ops: list[OperatorDef] = []
+    for k, x in enumerate(op.input[:-1]):
+        x_in = b.outer_to_inner[x]
+        gx = sub.grad_map.get(x_in)
+        if gx is None:
+            continue
+        outer_grad = x + "_grad"
+        # §3.8 #7: when the outer gradient is also an incoming gradient (a blob the Do reads
+        # and writes), bind it once: the final copy writes into the seed's inner name.
+        target = seed_by_outer.get(outer_grad)
+        if target is None:
+            target = x_in + INNER_GRAD_COPY
+            out_bindings[target] = outer_grad
+        if gx != target:
+            copy_ops.append(make_op("Copy", [gx], [target], name=None))
+        if outer_grad not in outputs:
+            outputs.append(outer_grad)
+        m.g_input[k] = outer_grad
+    if not outputs:  # §3.8 #4: no input gets a gradient; keep the dedupe copies
         return copies
-    # Inputs of the gradient Do (spec §3.3 step 6): outer blobs and seeds the inner
-    # gradient ops read before writing them; other names come from the saved workspace.
+    inner_ops = [*sub.ops, *copy_ops]
+    # Inputs (step 6): outer blobs and seeds read before written; other names come from
+    # the saved forward workspace. A seed that receives the final copy is bound even if no
+    # op reads it, so that the copy's value leaves the Do.
     in_bindings: dict[str, str] = {}
     saved: dict[str, None] = {}
     inputs: list[str] = []
-    for name in sub.inputs:
+    reads, _ = _io_names(inner_ops)
+    targets = [seed_by_outer[g] for g in outputs if g in seed_by_outer]
+    for name in dict.fromkeys([*reads, *targets]):
         if name in b.inner_to_outer:
             outer = b.inner_to_outer[name]
         elif name in seed_outer:
@@ -357,32 +385,12 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
         in_bindings[name] = outer
         if outer not in inputs:
             inputs.append(outer)
-    bound_in = {outer: inner for inner, outer in in_bindings.items()}
-    # Outputs (step 5): one outer gradient per forward input that got an inner gradient.
-    out_bindings: dict[str, str] = {}
-    outputs: list[str] = []
-    copy_ops: list[OperatorDef] = []
-    for k, x in enumerate(op.input[:-1]):
-        x_in = b.outer_to_inner[x]
-        gx = sub.grad_map.get(x_in)
-        if gx is None:
-            continue
-        outer_grad = x + "_grad"
-        target = bound_in.get(outer_grad)  # §3.8 #7: already bound as an input
-        if target is None:
-            target = x_in + INNER_GRAD_COPY
-            out_bindings[target] = outer_grad
-        if gx != target:
-            copy_ops.append(make_op("Copy", [gx], [target], name=None))
-        if outer_grad not in outputs:
-            outputs.append(outer_grad)
-        m.g_input[k] = outer_grad
     grad = _gradient_control_op(op)
     grad.input.extend([*inputs, b.workspace_blob])
     grad.output.extend([*outputs, b.workspace_blob])
     bindings = {**out_bindings, **in_bindings}
     outer_list = inputs + outputs
-    _put_net(grad, "net", sub.header, [*sub.ops, *copy_ops])
+    _put_net(grad, "net", sub.header, inner_ops)
     grad.arg.extend(
         [
             make_arg("inner_blobs", list(bindings)),
@@ -599,13 +607,35 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         raise _err(env, op, "The loop body Do has no outputs (workspace blob missing)",
                    "unsupported_loop")
     workspace = body.output[-1]
+    diag_mark, counters = len(env.diagnostics), dict(env.counters)
     sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    # A loop-carried blob (read and written by the loop) with no incoming gradient still
+    # carries gradient from one iteration to the one before once the body's gradient
+    # reaches it. Upstream seeded only blobs with an incoming gradient and dropped that
+    # part; netgrad gives such blobs zero seeds and differentiates the body again.
+    inputs_after_cond = set(op.input[1:])
+    zero_seeds = [
+        o
+        for o in op.output
+        if o != workspace and o in inputs_after_cond and o not in seeds and o in sub.grad_map
+    ]
+    pre_ops: list[OperatorDef] = []
+    if zero_seeds:
+        for o in zero_seeds:
+            seeds[o] = f"_{o}_grad_while_zero"
+            pre_ops.append(
+                make_op("ConstantFill", [o], [str(seeds[o])], [make_arg("value", 0.0)])
+            )
+        del env.diagnostics[diag_mark:]
+        env.counters.clear()
+        env.counters.update(counters)
+        sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
     cond_name = env.unique_net_name("gradient_loop_cond_net")
     cond_blob = cond_name + "/cond"
     cond_net = NetDef()
     cond_net.name = cond_name
     cond_net.op.append(make_op("HasScope", [workspace], [cond_blob]))
-    init_ops = [make_op("HasScope", [workspace], [cond_blob])]
+    init_ops = [*pre_ops, make_op("HasScope", [workspace], [cond_blob])]
     for blob, g in seeds.items():
         lg = sub.grad_map.get(blob)
         if lg is not None and lg != g:
@@ -614,21 +644,24 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     loop_ops = list(sub.ops)
     # Loop-invariant inputs (read by every iteration, never written by the loop) receive
     # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
-    # only the first iteration's contribution survived; netgrad sums them: zeros before the
-    # loop, then Sum after each iteration's gradient Do.
+    # only the first iteration's contribution survived. netgrad sums them into a private
+    # accumulator (zeros before the loop, Sum after each iteration's gradient Do) and
+    # copies it out after the loop, so accumulation with other consumers sees a plain op.
     carried = set(op.output)
     seed_names = {str(g) for g in seeds.values()}
+    after_ops: list[OperatorDef] = []
     for blob in dict.fromkeys(op.input[1:]):
         lg = sub.grad_map.get(blob)
         if lg is None or blob in carried or lg in seed_names:
             continue
-        step = f"_{lg}_while_iteration"
+        step, acc = f"_{lg}_while_iteration", f"_{lg}_while_sum"
         for gop in loop_ops:
             for j, out in enumerate(gop.output):
                 if out == lg:
                     rename_control_output(gop, j, step)
-        init_ops.append(make_op("ConstantFill", [blob], [lg], [make_arg("value", 0.0)]))
-        loop_ops.append(make_op("Sum", [lg, step], [lg]))
+        init_ops.append(make_op("ConstantFill", [blob], [acc], [make_arg("value", 0.0)]))
+        loop_ops.append(make_op("Sum", [acc, step], [acc]))
+        after_ops.append(make_op("Copy", [acc], [lg]))
     loop_in, loop_out = _io_names(loop_ops)
     grad = _gradient_control_op(op)
     grad.input.extend([cond_blob, *loop_in])
@@ -644,7 +677,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         op_type=op.type,
         blobs=[workspace],
     )
-    return [*copies, *init_ops, grad]
+    return [*copies, *init_ops, grad, *after_ops]
 
 
 # ---------------------------------------------------------------------------------------

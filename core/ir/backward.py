@@ -437,7 +437,10 @@ class BackwardPass:
                 continue
             dev = gop.device_option if gop.HasField("device_option") else None
             for out_i, out in enumerate(gop.output[:]):
-                for k, part in wanted.get(out, ()):
+                # Like upstream's ``g_input.index(out)``, an output counts once, for the first
+                # input whose gradient it is: an op reading one blob twice (Mul(w, w)) gets one
+                # generator per output, and accumulation sums the two.
+                for k, part in wanted.get(out, ())[:1]:
                     produced.add(out)
                     blob = op_inputs[k]
                     if part == 0:
