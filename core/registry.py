@@ -160,6 +160,15 @@ class GradientMaker:
         self.input_reads.append(i)
         return self.input_names[i]
 
+    def I_shape(self, i: int) -> str:  # noqa: N802 - Caffe2-style helper name
+        """Name of forward input ``i`` for a gradient op that reads only its shape.
+
+        Unlike :meth:`I`, this does not ask the backward pass for the input's *value*: an
+        in-place op (``Add(x, b -> x)``) keeps the shape, so its later version will do, as
+        upstream accepts.
+        """
+        return self.input_names[i]
+
     def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
         """Name of forward output ``i``."""
         return self.output_names[i]

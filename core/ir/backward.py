@@ -35,7 +35,7 @@ from core.registry import (
     make_arg,
     make_op,
 )
-from core.types import Diagnostic, GradientSlice, GradValue
+from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
 OperatorDef = caffe2_pb2.OperatorDef
 DeviceOption = caffe2_pb2.DeviceOption
@@ -647,6 +647,12 @@ class BackwardPass:
             k += 1
             rename_output(g.op, g.idx, new, self._grad_ops)
             inputs.append(new)
+        if base in passthrough:
+            # The name is a pass-through gradient, which other blobs may share (Sum, Copy,
+            # in-place ops pass it on): summing into it in place would change their
+            # gradients too. Upstream raised here ("The gradient output of empty gradient op
+            # can not be the same as the normal name..."); netgrad sums into a fresh blob.
+            base = f"_{base}_accumulated"
         if base in inputs:
             inputs.remove(base)
             inputs.insert(0, base)
@@ -791,6 +797,47 @@ def _check_ys_written(seeds: Mapping[str, GradValue], op_outputs: Sequence[list[
         )
 
 
+def _check_seed_names(
+    seeds: Mapping[str, GradValue],
+    op_inputs: Sequence[list[str]],
+    op_outputs: Sequence[list[str]],
+) -> None:
+    """Refuse caller-chosen seed names that generation would overwrite or confuse.
+
+    A seed named like a forward blob, or like the gradient netgrad gives another blob
+    (``<x>_grad``), would be overwritten by a forward or gradient op before it is read, and
+    the answer would be silently wrong (upstream accepted such names).
+
+    Raises:
+        InvalidRequestError: listing every offending seed.
+    """
+    names: set[str] = set()
+    for group in (op_inputs, op_outputs):
+        for blobs in group:
+            names.update(blobs)
+    problems = []
+    for y, g in seeds.items():
+        for seed in grad_names(g):
+            other = seed[: -len("_grad")] if seed.endswith("_grad") else None
+            if seed in names:
+                why = "is also a forward blob"
+            elif other is not None and other != y and other in names:
+                why = f"is the name netgrad gives the gradient of blob '{other}'"
+            else:
+                continue
+            problems.append(
+                Diagnostic(
+                    "error",
+                    "seed_name_collision",
+                    f"the seed gradient '{seed}' given for '{y}' {why}; choose another name "
+                    f"(e.g. '{y}_grad') or let netgrad seed it (null)",
+                    blobs=(y, seed),
+                )
+            )
+    if problems:
+        raise InvalidRequestError(problems[0].message, problems)
+
+
 def net_gradient(
     net: caffe2_pb2.NetDef,
     ys: Sequence[str] | Mapping[str, GradValue],
@@ -816,6 +863,7 @@ def net_gradient(
         _check_ys_written(seeds, [op.output[:] for op in ops])
         raise
     _check_ys_written(seeds, bp.op_outputs)
+    _check_seed_names(seeds, bp.op_inputs, bp.op_outputs)
     grad_ops, grad_map = bp.run(seeds)
     out_net = None
     if return_net:

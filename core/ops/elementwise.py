@@ -198,7 +198,9 @@ def add(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 @register_gradient("Add", op_schema=schema(2, 1, _BINARY_INPLACE))
 def add_grad(m: GradientMaker) -> list[OperatorDef]:
     """``AddGradient([dC, A, B] -> [dA, dB])``, forward args copied."""
-    return [m.make_op("AddGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0), m.GI(1)])]
+    # A is read for its shape only (x += b in place keeps it); B for its shape too, but an
+    # in-place write into B may change that shape, so B counts as a value read.
+    return [m.make_op("AddGradient", [m.GO(0), m.I_shape(0), m.I(1)], [m.GI(0), m.GI(1)])]
 
 
 @register_kernel("AddGradient", gradient_op=True)
@@ -221,7 +223,8 @@ def sub(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 @register_gradient("Sub", op_schema=schema(2, 1, _BINARY_INPLACE))
 def sub_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SubGradient([dC, A, B] -> [dA, dB])``, forward args copied."""
-    return [m.make_op("SubGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0), m.GI(1)])]
+    # As for Add: A is read for its shape only.
+    return [m.make_op("SubGradient", [m.GO(0), m.I_shape(0), m.I(1)], [m.GI(0), m.GI(1)])]
 
 
 @register_kernel("SubGradient", gradient_op=True)
@@ -417,18 +420,21 @@ def pow_grad(m: GradientMaker) -> list[OperatorDef]:
     """
     if m.arg("exponent") is not None:
         e = m.arg_f("exponent", 1.0)
-        if m.I(0) == m.O(0):
+        x, y = m.input_names[0], m.O(0)
+        if x == y:
+            # In place: the input value is gone, so the gradient uses the output,
+            # X^(e-1) = Y^((e-1)/e) (spec §2.9); it reads the output version.
             if abs(e) <= 1e-12:
                 raise GradientError(
-                    f"Pow({m.I(0)} -> {m.O(0)}): in-place Pow with exponent {e} has no gradient"
+                    f"Pow({x} -> {y}): in-place Pow with exponent {e} has no gradient"
                 )
-            pow_e = (e - 1.0) / e
+            pow_e, base = (e - 1.0) / e, m.O(0)
         else:
-            pow_e = e - 1.0
+            pow_e, base = e - 1.0, m.I(0)
         dx, dy = m.GI(0), m.GO(0)
         tmp = dx + "_autogen_pow" if dx == dy else dx
         return [
-            m.make_op("Pow", [m.I(0)], [tmp], [make_arg("exponent", pow_e)]),
+            m.make_op("Pow", [base], [tmp], [make_arg("exponent", pow_e)]),
             m.make_op("Mul", [tmp, dy], [dx]),
             m.make_op("Scale", [dx], [dx], [make_arg("scale", e)]),
         ]

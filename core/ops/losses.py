@@ -197,7 +197,7 @@ def averaged_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
 @register_gradient("AveragedLoss", op_schema=schema(1, 1, inplace=False), doc="mean of X")
 def averaged_loss_grad(m: GradientMaker) -> list[OperatorDef]:
     """``AveragedLossGradient([X, dY] → [dX])``."""
-    return [m.make_op("AveragedLossGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+    return [m.make_op("AveragedLossGradient", [m.I_shape(0), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("AveragedLossGradient", gradient_op=True)

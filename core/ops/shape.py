@@ -69,7 +69,7 @@ def copy(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 @register_gradient("Copy", op_schema=schema(1, 1))
 def copy_grad(m: GradientMaker) -> list[OperatorDef]:
     """``CopyOnDeviceLike([dY, X] -> [dX])`` (spec §5.3)."""
-    return [m.make_op("CopyOnDeviceLike", [m.GO(0), m.I(0)], [m.GI(0)])]
+    return [m.make_op("CopyOnDeviceLike", [m.GO(0), m.I_shape(0)], [m.GI(0)])]
 
 
 @register_kernel("CopyOnDeviceLike", gradient_op=True)

@@ -276,12 +276,36 @@ def test_given_seed_that_is_also_consumed_is_accumulated() -> None:
     # Upstream drops the given seed (or raises on the name clash); we sum it.
     ops = [op("Direct", ["in"], ["y"]), op("Direct", ["y"], ["z"])]
     g, m = run(ops, {"y": "y_grad", "z": "z_grad"})
+    # The caller's seed is a pass-through gradient: the sum goes to a fresh blob, so a
+    # name other blobs may share is never written in place.
     assert sig(g) == [
         ("DirectGradient", ["z_grad"], ["_y_grad_autosplit_0"]),
-        ("Sum", ["y_grad", "_y_grad_autosplit_0"], ["y_grad"]),
-        ("DirectGradient", ["y_grad"], ["in_grad"]),
+        ("Sum", ["y_grad", "_y_grad_autosplit_0"], ["_y_grad_accumulated"]),
+        ("DirectGradient", ["_y_grad_accumulated"], ["in_grad"]),
     ]
-    assert m["y"] == "y_grad"
+    assert m["y"] == "_y_grad_accumulated"
+
+
+def test_in_place_sum_does_not_clobber_a_shared_pass_through_gradient() -> None:
+    """Review finding: Sum(c, b -> c) gives b the gradient name of c; c's accumulation with
+    another consumer must not overwrite it (upstream raised)."""
+    from core.registry import make_arg
+    from core.verify import InputSpec, RandomSpec, VerifyOptions, verify_net
+
+    net = caffe2_pb2.NetDef()
+    net.op.extend(
+        [
+            make_op("Scale", ["a"], ["c"], [make_arg("scale", 2.0)]),
+            make_op("Scale", ["c"], ["z2"], [make_arg("scale", 3.0)]),
+            make_op("Sum", ["c", "b"], ["c"]),
+        ]
+    )
+    opts = VerifyOptions(
+        inputs=[InputSpec("a", random=RandomSpec([3], seed=1)),
+                InputSpec("b", random=RandomSpec([3], seed=2))],
+        mode="full",
+    )
+    assert verify_net(net, ["c", "z2"], opts).report.passed
 
 
 def test_every_offending_op_is_listed() -> None:
