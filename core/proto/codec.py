@@ -61,7 +61,49 @@ def from_binary(data: bytes, cls: type[M]) -> M:
         msg.ParseFromString(data)
     except message.DecodeError as exc:
         raise DecodeError(f"invalid binary {cls.DESCRIPTOR.name}: {exc}") from exc
+    _check_complete(msg)
+    _check_utf8(msg)
     return msg
+
+
+def _check_complete(msg: message.Message) -> None:
+    """Refuse a message whose proto2 ``required`` fields are unset (it could not be sent on).
+
+    Raises:
+        DecodeError: naming every missing field.
+    """
+    if not msg.IsInitialized():
+        missing = msg.FindInitializationErrors()  # type: ignore[attr-defined]
+        raise DecodeError(
+            f"{msg.DESCRIPTOR.name} is missing required fields: {', '.join(missing)}"
+        )
+
+
+_STRING = 9  # FieldDescriptor.TYPE_STRING
+
+
+def _check_utf8(msg: message.Message) -> None:
+    """Refuse string fields holding bytes that are not UTF-8 (proto2 does not check them).
+
+    upb hands such values over as ``bytes``; blob names and op types must be text.
+
+    Raises:
+        DecodeError: naming the first offending field.
+    """
+    stack: list[tuple[message.Message, str]] = [(msg, msg.DESCRIPTOR.name)]
+    while stack:
+        cur, where = stack.pop()
+        for field, value in cur.ListFields():
+            here = f"{where}.{field.name}"
+            if field.type == _STRING:
+                values = value if field.is_repeated else [value]
+                if any(isinstance(v, bytes) for v in values):
+                    raise DecodeError(f"{here} holds bytes that are not valid UTF-8")
+            elif field.message_type is not None:
+                if field.is_repeated:
+                    stack.extend((v, f"{here}[{k}]") for k, v in enumerate(value))
+                else:
+                    stack.append((value, here))
 
 
 def to_binary(msg: message.Message) -> bytes:
@@ -80,6 +122,7 @@ def from_text(text: str, cls: type[M]) -> M:
         text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
     except text_format.ParseError as exc:
         raise DecodeError(f"invalid text-format {cls.DESCRIPTOR.name}: {exc}") from exc
+    _check_complete(msg)
     return msg
 
 
@@ -116,11 +159,13 @@ def from_json_obj(obj: Any, cls: type[M]) -> M:
             )
         work = copy.deepcopy(obj)
         _walk(work, cls.DESCRIPTOR, _text_to_b64)
-        return json_format.ParseDict(
+        msg = json_format.ParseDict(
             work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
         )
-    except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+    _check_complete(msg)
+    return msg
 
 
 def _b64_to_text(value: str, where: str) -> str:

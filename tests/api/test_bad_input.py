@@ -284,3 +284,39 @@ def test_problem_lists_every_offending_op(client: TestClient) -> None:
     types = {e["op_type"] for e in body["errors"]}
     assert {"GenerateProposals", "BBoxTransform"} <= types, body
     still_serving(client)
+
+
+def test_unset_required_fields_are_400_not_500(client: TestClient) -> None:
+    """Found by fuzzing: proto2 `required` fields left unset used to fail on re-encoding."""
+    net = {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}], "partition_info": [{}]}
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]},
+                    headers={"Accept": PB})
+    body = assert_problem(r, 400, "decode_error")
+    assert "partition_info[0].name" in body["detail"]
+    req = netgrad_pb2.NetGradientRequest()
+    req.net.op.add(type="Relu", input=["x"], output=["y"])
+    req.net.partition_info.add()
+    req.ys.add(blob="y")
+    r = client.post("/v1/gradients/net", content=req.SerializePartialToString(),
+                    headers={"Content-Type": PB})
+    assert_problem(r, 400, "decode_error")
+    still_serving(client)
+
+
+def test_binary_strings_that_are_not_utf8_are_400(client: TestClient) -> None:
+    """Found by fuzzing: proto2 string fields are not checked by the decoder."""
+    op = _ld(1, b"x") + _ld(2, b"y") + _ld(4, b"R\xbflu")  # OperatorDef{input, output, type}
+    body = _ld(1, op) + _ld(2, _ld(1, b"y_grad"))  # OpGradientRequest{op, g_output{dense}}
+    r = client.post("/v1/gradients/op", content=body, headers={"Content-Type": PB})
+    problem = assert_problem(r, 400, "decode_error")
+    assert "op.type" in problem["detail"] and "UTF-8" in problem["detail"]
+    still_serving(client)
+
+
+def test_float_beyond_double_range_is_400(client: TestClient) -> None:
+    op = {"type": "Relu", "input": ["x"], "output": ["y"],
+          "arg": [{"name": "a", "f": int("1" + "0" * 400)}]}
+    r = client.post("/v1/gradients/op", content=json.dumps({"op": op, "g_output": ["g"]}),
+                    headers={"Content-Type": "application/json"})
+    assert_problem(r, 400, "decode_error")
+    still_serving(client)
