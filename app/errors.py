@@ -8,11 +8,13 @@ Status codes:
 * 400 - :class:`~core.errors.DecodeError`, :class:`~core.errors.InvalidRequestError`, a body
   that does not match the request model (unknown field, wrong type);
 * 406 / 413 / 415 - not acceptable, body too large, unsupported media type;
-* 413 - :class:`~core.errors.LimitExceededError` about sizes; 422 for the other limits
-  (nesting depth, tensor elements, iterations);
+* 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count); 422 for the
+  other limits (nesting depth, tensor elements, iterations);
 * 422 - :class:`~core.errors.InvalidNetError`, :class:`~core.errors.GradientError` (and its
   subclasses) and :class:`~core.errors.ExecutionError`: the request is readable but the net
-  cannot be differentiated or run as asked.
+  cannot be differentiated or run as asked;
+* 503 - :class:`~core.errors.BusyError`: every execution worker stayed busy past the queue
+  limit (retry later), or verification/run without workers.
 
 A last-resort handler turns anything unexpected into a 500 problem without internals; client
 mistakes never reach it because decoding and validation raise typed errors first.
@@ -31,6 +33,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import (
+    BusyError,
     DecodeError,
     ExecutionError,
     GradientError,
@@ -46,7 +49,7 @@ log = logging.getLogger("netgrad")
 PROBLEM_JSON = "application/problem+json"
 
 #: LimitExceededError codes that are about the size of the request (413); others are 422.
-SIZE_LIMIT_CODES = frozenset({"body_too_large"})
+SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops"})
 
 _TITLES = {
     400: "Bad Request",
@@ -84,6 +87,8 @@ class ProblemError(Exception):
 
 def status_for(exc: NetgradError) -> int:
     """HTTP status of an engine error (see the module docstring)."""
+    if isinstance(exc, BusyError):
+        return 503
     if isinstance(exc, DecodeError | InvalidRequestError):
         return 400
     if isinstance(exc, LimitExceededError):

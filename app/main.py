@@ -67,7 +67,9 @@ def _start_pool(settings: Settings) -> Any:
         max_elements=settings.job_max_elements,
         max_loop_iterations=settings.job_max_iterations,
     )
-    return pool.WorkerPool(settings.workers, run_limits)
+    return pool.WorkerPool(
+        settings.workers, run_limits, queue_timeout_s=settings.queue_timeout_s
+    )
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

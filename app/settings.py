@@ -30,6 +30,10 @@ class Settings(BaseSettings):
         job_max_iterations: most loop iterations (While) a job may run.
         max_fetch_elements: most tensor elements one ``POST /v1/run`` may return (all fetched
             blobs together; 422 above).
+        queue_timeout_s: longest wait for an idle execution worker (503 ``workers_busy``
+            above), so a burst of long jobs cannot pile up requests without bound.
+        max_ops: most ops in one request, sub-nets included (413 above): bounds the time
+            gradient generation, which runs in the server process, can take.
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -44,6 +48,8 @@ class Settings(BaseSettings):
     job_max_elements: int = Field(default=100_000_000, ge=1)
     job_max_iterations: int = Field(default=100_000, ge=1)
     max_fetch_elements: int = Field(default=10**6, ge=1)
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    max_ops: int = Field(default=200_000, ge=1)
 
 
 @lru_cache

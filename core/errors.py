@@ -99,3 +99,9 @@ class ExecutionError(NetgradError):
     """Running a net failed: a kernel raised, shapes mismatched, or a job limit was hit."""
 
     code = "execution_error"
+
+
+class BusyError(NetgradError):
+    """Every execution worker stayed busy longer than the queue limit; retry later."""
+
+    code = "workers_busy"

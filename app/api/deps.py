@@ -23,8 +23,8 @@ async def negotiated_body(request: Request, settings: SettingsDep) -> Body:
 
 
 def gen_limits(settings: SettingsDep) -> GenLimits:
-    """Generation limits of a request (nesting depth capped by the protobuf decoders)."""
-    return GenLimits(max_depth=effective_max_depth(settings.max_depth))
+    """Generation limits of a request (nesting depth capped by the decoders; op count)."""
+    return GenLimits(max_depth=effective_max_depth(settings.max_depth), max_ops=settings.max_ops)
 
 
 def worker_pool(request: Request) -> Any:

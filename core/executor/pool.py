@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from core.errors import ExecutionError, LimitExceededError, NetgradError
+from core.errors import BusyError, ExecutionError, LimitExceededError, NetgradError
 from core.executor.limits import RunLimits
 from core.types import Diagnostic
 
@@ -183,13 +183,19 @@ class WorkerPool:
         size: number of worker processes (>= 1).
         limits: per-job limits (default :class:`RunLimits` defaults).
         start_method: ``"spawn"`` (default) or ``"forkserver"``.
+        queue_timeout_s: longest wait for an idle worker before :class:`BusyError`
+            (``None``: wait as long as it takes).
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).
     """
 
     def __init__(
-        self, size: int = 2, limits: RunLimits | None = None, start_method: str = "spawn"
+        self,
+        size: int = 2,
+        limits: RunLimits | None = None,
+        start_method: str = "spawn",
+        queue_timeout_s: float | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"WorkerPool size must be >= 1, got {size}")
@@ -197,6 +203,7 @@ class WorkerPool:
             raise ValueError("start_method must be 'spawn' or 'forkserver'")
         self.size = size
         self.limits = limits or RunLimits()
+        self.queue_timeout_s = queue_timeout_s
         self._ctx = multiprocessing.get_context(start_method)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
@@ -272,7 +279,9 @@ class WorkerPool:
             ExecutionError: the worker crashed (replaced), the job raised a non-netgrad
                 exception, or the pool is closed.
             NetgradError: any netgrad error the job raised, same type and problems.
+            BusyError: no worker became idle within ``queue_timeout_s``.
         """
+        waited_since = time.monotonic()
         while True:  # wait for an idle worker, noticing a close() meanwhile
             if self._closed:
                 raise ExecutionError("worker pool is closed")
@@ -280,7 +289,12 @@ class WorkerPool:
                 w = self._idle.get(timeout=0.5)
                 break
             except queue.Empty:
-                continue
+                waited = time.monotonic() - waited_since
+                if self.queue_timeout_s is not None and waited >= self.queue_timeout_s:
+                    raise BusyError(
+                        f"all {self.size} execution workers stayed busy for {waited:.1f} s; "
+                        "retry later"
+                    ) from None
         try:
             for _attempt in range(2):  # one retry if an idle worker turned out dead
                 if w.alive() and w.wait_ready():

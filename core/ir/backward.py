@@ -77,9 +77,11 @@ class BackwardPass:
 
     Raises:
         InvalidNetError: a ``StopGradient`` output is read by nobody ("orphan", spec §2.4).
+        LimitExceededError: the request's ops (sub-nets included) exceed ``max_ops``.
     """
 
     def __init__(self, ops: Sequence[OperatorDef], env: GenEnv, index_offset: int = 0) -> None:
+        env.count_ops(len(ops))
         self.ops = list(ops)
         self.env = env
         self.offset = index_offset

@@ -21,9 +21,12 @@ class GenLimits:
         max_depth: deepest allowed nesting of sub-nets (Do/If/While inside each other), in
             sub-net levels; an If/While lowered by ``add_if_op``/``add_while_op`` costs two
             per level (its branch net and the Do wrapper inside), so 128 admits 64 levels.
+        max_ops: most forward ops one request may differentiate, sub-nets included; bounds
+            the time generation takes in the server process.
     """
 
     max_depth: int = 128
+    max_ops: int = 200_000
 
 
 @dataclass
@@ -93,6 +96,21 @@ class GenEnv:
         self.diagnostics.append(
             Diagnostic(severity, code, message, op_index, op_type, path or None, tuple(blobs))
         )
+
+    def count_ops(self, n: int) -> None:
+        """Add ``n`` forward ops to the request's total (shared with child environments).
+
+        Raises:
+            LimitExceededError: code ``too_many_ops`` when the total passes ``max_ops``.
+        """
+        total = self.counters.get("\0ops", 0) + n
+        self.counters["\0ops"] = total
+        if total > self.limits.max_ops:
+            raise LimitExceededError(
+                f"the request holds more than {self.limits.max_ops} ops (sub-nets included)",
+                [Diagnostic("error", "too_many_ops",
+                            f"more than {self.limits.max_ops} ops to differentiate")],
+            )
 
     def unique_net_name(self, base: str) -> str:
         """``base`` the first time, then ``base_1``, ``base_2``... (Caffe2 ``Net`` naming)."""

@@ -18,8 +18,8 @@ router = APIRouter(tags=["health"])
     response_class=Response,
     responses=docs.responses("Health"),
 )
-def health(request: Request) -> Response:
-    """``{"status": "ok"}`` while the service answers."""
+async def health(request: Request) -> Response:
+    """``{"status": "ok"}`` while the service answers (async: never queued behind jobs)."""
     pool = getattr(request.app.state, "pool", None)
     workers = int(getattr(pool, "size", 0) or 0) if pool is not None else 0
     body = {"status": "ok", "version": __version__, "workers": workers}

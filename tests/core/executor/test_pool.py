@@ -187,3 +187,25 @@ def test_a_worker_that_cannot_load_a_job_is_replaced_and_the_job_retried(
         finally:
             sys.path.remove(str(tmp_path))
             sys.modules.pop("late_job_module", None)
+
+
+def test_a_full_queue_answers_busy_instead_of_waiting_forever() -> None:
+    import threading as _threading
+
+    from core.errors import BusyError
+
+    with WorkerPool(1, RunLimits(wall_clock_s=5.0), queue_timeout_s=0.5) as busy_pool:
+        started = _threading.Event()
+
+        def occupy() -> None:
+            started.set()
+            busy_pool.submit(time.sleep, 2.0)
+
+        t = _threading.Thread(target=occupy)
+        t.start()
+        started.wait()
+        time.sleep(0.2)  # let the sleeper take the only worker
+        with pytest.raises(BusyError):
+            busy_pool.submit(os.getpid)
+        t.join()
+        assert isinstance(busy_pool.submit(os.getpid), int)  # free again afterwards

@@ -382,3 +382,15 @@ def test_recompute_rebuilds_overwritten_values() -> None:
     assert g.index(recomputed[-1]) < g.index(relu_grad)
     assert m["w"] == "w_grad"
     assert any(d.code == "recomputed_forward_value" for d in env.diagnostics)
+
+
+def test_op_count_limit_covers_sub_nets() -> None:
+    from core.errors import LimitExceededError
+    from core.ir.env import GenLimits
+
+    ops = [op("Direct", ["x"], ["y"]), op("Direct", ["y"], ["z"])]
+    with pytest.raises(LimitExceededError) as info:
+        backward(ops, {"z": "z_grad"}, GenEnv(GenLimits(max_ops=1)))
+    assert info.value.problems[0].code == "too_many_ops"
+    g, _ = backward(ops, {"z": "z_grad"}, GenEnv(GenLimits(max_ops=2)))
+    assert len(g) == 2
