@@ -171,7 +171,9 @@ def install_handlers(app: FastAPI) -> None:
     async def on_http(_: Request, exc: Exception) -> Response:
         exc = cast(StarletteHTTPException, exc)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem_response(exc.status_code, code, str(exc.detail), [])
+        response = problem_response(exc.status_code, code, str(exc.detail), [])
+        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+        return response
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)

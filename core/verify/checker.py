@@ -219,6 +219,11 @@ def _shape(shape: Sequence[int], blob: str, limits: RunLimits) -> tuple[int, ...
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise InvalidRequestError(f"input '{blob}': negative dimension in shape {list(dims)}")
+    if any(d > limits.max_elements for d in dims):  # even when another dimension is 0
+        raise InvalidRequestError(
+            f"input '{blob}': dimension above the tensor limit of {limits.max_elements} "
+            f"in shape {list(dims)}"
+        )
     check_elements(math.prod(dims), f"input blob '{blob}'", limits)
     return dims
 
@@ -231,15 +236,25 @@ def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[
             f"{', '.join(DISTRIBUTIONS)}"
         )
     kind = np.dtype(dt).kind
+    for bound in (spec.low, spec.high):
+        if bound is not None and not math.isfinite(bound):
+            raise InvalidRequestError(f"input '{blob}': low and high must be finite numbers")
     if kind == "b":
         return rng.random(shape) < 0.5
     if kind in "iu":
         lo = int(spec.low) if spec.low is not None else 0
         hi = int(spec.high) if spec.high is not None else 10
-        if hi <= lo:
-            raise InvalidRequestError(f"input '{blob}': need low < high, got [{lo}, {hi})")
+        info = np.iinfo(dt)
+        if hi <= lo or lo < info.min or hi - 1 > info.max:
+            raise InvalidRequestError(
+                f"input '{blob}': need low < high within {np.dtype(dt).name}, got [{lo}, {hi})"
+            )
         return rng.integers(lo, hi, shape).astype(dt)
     d = spec.distribution
+    if spec.low is not None and spec.high is not None and spec.low > spec.high:
+        raise InvalidRequestError(
+            f"input '{blob}': low {spec.low} is above high {spec.high}"
+        )
     defaults = {"uniform": (-1.0, 1.0), "positive": (0.5, 2.0), "away_from_zero": (0.2, 1.5)}
     if d == "normal":
         x = rng.standard_normal(shape)
@@ -283,7 +298,7 @@ def materialize_inputs(
             shape = _shape(t.shape, blob, limits)
             try:
                 data = np.asarray(t.data if t.data is not None else [], dtype=dt).reshape(-1)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise InvalidRequestError(f"input '{blob}': bad data: {exc}") from exc
             if data.size != math.prod(shape):
                 raise InvalidRequestError(
@@ -297,6 +312,8 @@ def materialize_inputs(
                 raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
             dt = _dtype(r.dtype, blob)
             shape = _shape(r.shape, blob, limits)
+            if r.seed is not None and r.seed < 0:
+                raise InvalidRequestError(f"input '{blob}': seed must be >= 0, got {r.seed}")
             rng = np.random.default_rng(r.seed if r.seed is not None else (seed, k))
             out[blob] = np.asarray(_random(r, blob, rng, shape, dt))
     return out
@@ -435,7 +452,7 @@ def _loss(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray],
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
     """A read-only view: a kernel that mutated its input would fail instead of corrupting it."""
-    view = arr.view()
+    view = np.asarray(arr).view()  # asarray: a 0-d input arrives as a NumPy scalar
     view.flags.writeable = False
     return view
 
@@ -645,6 +662,8 @@ def _validate(opts: VerifyOptions) -> None:
         raise InvalidRequestError("atol and rtol must be >= 0")
     if opts.passes < 1:
         raise InvalidRequestError(f"passes must be >= 1, got {opts.passes}")
+    if opts.seed < 0:
+        raise InvalidRequestError(f"seed must be >= 0, got {opts.seed}")
 
 
 def verify_net(

@@ -96,3 +96,10 @@ def test_docs_assets_are_served_locally(client: TestClient) -> None:
     assert assets and all(a.startswith("/") for a in assets), assets
     for asset in assets:
         assert client.get(asset).status_code == 200, asset
+
+
+def test_wrong_method_is_405_with_allow(client: TestClient) -> None:
+    r = client.get("/v1/gradients/op")
+    assert r.status_code == 405
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert "POST" in r.headers.get("allow", "")

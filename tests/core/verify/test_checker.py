@@ -318,3 +318,29 @@ def test_pool_and_in_process_agree(pool: WorkerPool) -> None:
     there = verify_net(_mlp(), ["y"], opts, pool=pool)
     assert here.report == there.report
     assert there.report.passed
+
+
+def test_scalar_inputs_work_in_fast_mode() -> None:
+    """Found by fuzzing: a 0-d input crashed the fast-mode checker."""
+    net = NetDef()
+    net.op.append(make_op("Tanh", ["x"], ["y"]))
+    opts = VerifyOptions(inputs=[InputSpec.from_array("x", np.array(0.3))], mode="fast")
+    assert verify_net(net, ["y"], opts).report.passed
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        InputSpec("x", tensor=TensorSpec([2], "int32", [1, 1e30])),
+        InputSpec("x", random=RandomSpec([3], seed=-1)),
+        InputSpec("x", random=RandomSpec([0, 2**63])),
+        InputSpec("x", random=RandomSpec([3], dtype="int32", low=0, high=2**40)),
+        InputSpec("x", random=RandomSpec([3], low=float("nan"))),
+        InputSpec("x", random=RandomSpec([3], low=2.0, high=1.0)),
+    ],
+    ids=["int_overflow", "negative_seed", "huge_dim", "int_range", "nan_bound", "low_above_high"],
+)
+def test_bad_input_specs_are_request_errors(spec: InputSpec) -> None:
+    """Found by fuzzing: these used to fail inside the worker with raw Python errors."""
+    with pytest.raises(InvalidRequestError):
+        materialize_inputs([spec])
