@@ -35,7 +35,7 @@ NetDefJson = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class GradientSliceModel(_Strict):
@@ -69,7 +69,7 @@ class TensorModel(_Strict):
 
     shape: list[int]
     dtype: Literal["float32", "float64", "int32", "int64", "bool"] = "float64"
-    data: list[float]
+    data: list[float | bool]
 
 
 class RandomSpecModel(_Strict):

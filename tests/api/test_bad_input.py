@@ -320,3 +320,11 @@ def test_float_beyond_double_range_is_400(client: TestClient) -> None:
                     headers={"Content-Type": "application/json"})
     assert_problem(r, 400, "decode_error")
     still_serving(client)
+
+
+def test_fields_are_typed_strictly(client: TestClient) -> None:
+    """A string where an integer belongs is refused, not coerced (found by fuzzing)."""
+    body = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},
+            "ys": ["y"], "skip": "0"}
+    problem = assert_problem(client.post("/v1/gradients/net", json=body), 400, "decode_error")
+    assert any(e["path"] == "skip" for e in problem["errors"])
