@@ -56,6 +56,15 @@ def _media_type(header: str) -> str:
     return header.split(";", 1)[0].strip().lower()
 
 
+def _charset(content_type: str) -> str | None:
+    """The ``charset`` parameter of a Content-Type header, lower-cased, or ``None``."""
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return None
+
+
 def request_media(content_type: str | None) -> Media:
     """Decoder for a ``Content-Type`` header.
 
@@ -64,6 +73,13 @@ def request_media(content_type: str | None) -> Media:
     """
     mt = _media_type(content_type or "")
     if mt in JSON_TYPES:
+        charset = _charset(content_type or "")
+        if charset not in (None, "utf-8", "utf8"):
+            raise ProblemError(
+                415,
+                "unsupported_media_type",
+                f"JSON bodies must be UTF-8; charset={charset!r} is not supported",
+            )
         return Media.JSON
     if mt in PROTOBUF_TYPES:
         return Media.PROTOBUF

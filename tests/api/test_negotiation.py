@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -111,3 +113,13 @@ def test_problem_is_json_even_when_protobuf_is_accepted(client: TestClient) -> N
     r = client.post("/v1/gradients/op", json=req, headers={"Accept": "application/protobuf"})
     assert r.status_code == 400
     assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_json_in_another_charset_is_415(client: TestClient) -> None:
+    body = json.dumps(do_request()).encode("latin-1")
+    r = client.post("/v1/gradients/op", content=body,
+                    headers={"Content-Type": "application/json; charset=latin-1"})
+    assert r.status_code == 415
+    ok = client.post("/v1/gradients/op", content=json.dumps(do_request()),
+                     headers={"Content-Type": "application/json; charset=UTF-8"})
+    assert ok.status_code == 200
