@@ -16,12 +16,14 @@ from __future__ import annotations
 import base64
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from google.protobuf import json_format, message, text_format
 
 from api_schemas import caffe2_pb2
 from core.errors import DecodeError, LimitExceededError
+from core.proto.limits import WireTruncated, wire_fields
 
 #: Deepest message nesting accepted from clients, in protobuf message levels. One level
 #: of control-flow nesting costs three (OperatorDef.arg -> Argument.n -> NetDef.op), so
@@ -224,19 +226,6 @@ def _json_depth(obj: Any, cap: int) -> int:
     return deepest
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
 def wire_depth(data: bytes, desc: Any, cap: int) -> int:
     """Deepest message nesting in binary protobuf ``data`` of message type ``desc``.
 
@@ -246,35 +235,22 @@ def wire_depth(data: bytes, desc: Any, cap: int) -> int:
     reports them.
     """
     deepest = 1
-    stack: list[tuple[Any, int]] = [(desc, len(data))]
-    pos = 0
+    stack: list[tuple[Any, Iterator[tuple[int, int, int, int]]]] = [
+        (desc, wire_fields(data, 0, len(data)))
+    ]
     try:
         while stack:
-            cur, end = stack[-1]
-            if pos >= end:
-                stack.pop()
-                continue
-            key, pos = _varint(data, pos)
-            number, wire = key >> 3, key & 7
-            if wire == 0:
-                _, pos = _varint(data, pos)
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            elif wire == 2:
-                length, pos = _varint(data, pos)
-                field = cur.fields_by_number.get(number) if cur is not None else None
-                if field is not None and field.message_type is not None and pos + length <= end:
-                    stack.append((field.message_type, pos + length))
-                    if len(stack) > deepest:
-                        deepest = len(stack)
-                        if deepest > cap:
-                            return deepest
-                    continue
-                pos += length
+            cur, fields = stack[-1]
+            for number, wire, start, end in fields:
+                field = cur.fields_by_number.get(number)
+                if wire == 2 and field is not None and field.message_type is not None:
+                    stack.append((field.message_type, wire_fields(data, start, end)))
+                    deepest = max(deepest, len(stack))
+                    if deepest > cap:
+                        return deepest
+                    break
             else:
-                return deepest
-    except ValueError:
+                stack.pop()
+    except WireTruncated:
         return deepest
     return deepest

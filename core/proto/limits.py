@@ -18,7 +18,7 @@ reported with its path instead of an anonymous decoder failure.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from api_schemas import caffe2_pb2
@@ -35,6 +35,25 @@ _NET_ARG_FIELDS = ("n", "nets")
 def effective_max_depth(max_depth: int) -> int:
     """The configured depth limit, capped at :data:`DECODER_MAX_DEPTH`."""
     return max(0, min(max_depth, DECODER_MAX_DEPTH))
+
+
+def _check_nesting(
+    start: list[tuple[Any, str, int, str]],
+    children: Callable[[Any, str], Iterable[tuple[Any, str, int, str]]],
+    max_depth: int,
+) -> None:
+    """Depth-first walk of sub-nets from ``start`` (level 1); raise at the first too deep.
+
+    ``children(node, prefix)`` yields ``(sub-net, path, op index, op type)`` for the sub-nets
+    of one net, whatever its form (decoded message, JSON object, wire bytes).
+    """
+    stack = [(node, path, idx, typ, 1) for node, path, idx, typ in reversed(start)]
+    while stack:
+        node, path, idx, typ, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(path, idx, typ, max_depth)
+        below = list(children(node, path + "/"))
+        stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(below))
 
 
 def _too_deep(path: str, op_index: int, op_type: str, max_depth: int) -> LimitExceededError:
@@ -82,13 +101,7 @@ def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int)
         start = list(_op_children(msg, 0, f"op[0]:{msg.type}"))
     else:
         start = list(_msg_children(msg, ""))
-    stack = [(net, path, idx, typ, 1) for net, path, idx, typ in reversed(start)]
-    while stack:
-        net, path, idx, typ, depth = stack.pop()
-        if depth > max_depth:
-            raise _too_deep(path, idx, typ, max_depth)
-        children = list(_msg_children(net, path + "/"))
-        stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(children))
+    _check_nesting(start, _msg_children, max_depth)
 
 
 # -- JSON objects (before decoding) ----------------------------------------------------------
@@ -135,13 +148,7 @@ def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False) -> None:
         start = list(_json_op_children(obj, 0, f"op[0]:{op_type}"))
     else:
         start = list(_json_net_children(obj, ""))
-    stack = [(net, path, idx, typ, 1) for net, path, idx, typ in reversed(start)]
-    while stack:
-        net, path, idx, typ, depth = stack.pop()
-        if depth > max_depth:
-            raise _too_deep(path, idx, typ, max_depth)
-        children = list(_json_net_children(net, path + "/"))
-        stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(children))
+    _check_nesting(start, _json_net_children, max_depth)
 
 
 # -- binary wire format (when the decoder gave up) -------------------------------------------
@@ -155,7 +162,7 @@ _ARG_N = 8
 _ARG_NETS = 9
 
 
-class _Truncated(Exception):
+class WireTruncated(Exception):
     """The wire bytes end early; the real decoder will report it."""
 
 
@@ -163,7 +170,7 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
-            raise _Truncated
+            raise WireTruncated
         b = data[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -172,8 +179,10 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """Yield ``(field_number, wire_type, value_start, value_end)``; varints give value in start."""
+def wire_fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """Walk the protobuf wire format of ``data[start:end]`` without decoding it.
+
+    Yield ``(field_number, wire_type, value_start, value_end)``; varints give value in start."""
     pos = start
     while pos < end:
         tag, pos = _varint(data, pos, end)
@@ -186,19 +195,19 @@ def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, 
         elif wtype == 2:
             length, pos = _varint(data, pos, end)
             if pos + length > end:
-                raise _Truncated
+                raise WireTruncated
             yield number, wtype, pos, pos + length
             pos += length
         elif wtype == 5:
             pos += 4
         else:  # groups are not used by caffe2.proto
-            raise _Truncated
+            raise WireTruncated
         if pos > end:
-            raise _Truncated
+            raise WireTruncated
 
 
 def _wire_string(data: bytes, start: int, end: int, number: int) -> str:
-    for num, wtype, s, e in _fields(data, start, end):
+    for num, wtype, s, e in wire_fields(data, start, end):
         if num == number and wtype == 2:
             return data[s:e].decode("utf-8", "replace")
     return ""
@@ -208,7 +217,7 @@ def _wire_net_children(
     data: bytes, start: int, end: int, prefix: str
 ) -> Iterator[tuple[int, int, str, int, str]]:
     index = 0
-    for num, wtype, s, e in _fields(data, start, end):
+    for num, wtype, s, e in wire_fields(data, start, end):
         if num != _NETDEF_OP or wtype != 2:
             continue
         op_type = _wire_string(data, s, e, _OP_TYPE)
@@ -220,12 +229,12 @@ def _wire_net_children(
 def _wire_op_children(
     data: bytes, start: int, end: int, index: int, op_path: str, op_type: str
 ) -> Iterator[tuple[int, int, str, int, str]]:
-    for num, wtype, s, e in _fields(data, start, end):
+    for num, wtype, s, e in wire_fields(data, start, end):
         if num != _OP_ARG or wtype != 2:
             continue
         name = _wire_string(data, s, e, _ARG_NAME)
         k = 0
-        for anum, awtype, as_, ae in _fields(data, s, e):
+        for anum, awtype, as_, ae in wire_fields(data, s, e):
             if awtype != 2:
                 continue
             if anum == _ARG_N:
@@ -244,20 +253,19 @@ def check_wire_depth(data: bytes, max_depth: int, *, is_op: bool = False) -> Non
     Raises:
         LimitExceededError: code ``nesting_too_deep`` with the sub-net path.
     """
+    def children(node: Any, prefix: str) -> Iterator[tuple[Any, str, int, str]]:
+        for s, e, path, idx, typ in _wire_net_children(data, node[0], node[1], prefix):
+            yield (s, e), path, idx, typ
+
     try:
         if is_op:
             op_type = _wire_string(data, 0, len(data), _OP_TYPE)
-            start = list(_wire_op_children(data, 0, len(data), 0, f"op[0]:{op_type}", op_type))
+            found = _wire_op_children(data, 0, len(data), 0, f"op[0]:{op_type}", op_type)
         else:
-            start = list(_wire_net_children(data, 0, len(data), ""))
-        stack = [(s, e, p, i, t, 1) for s, e, p, i, t in reversed(start)]
-        while stack:
-            s, e, path, idx, typ, depth = stack.pop()
-            if depth > max_depth:
-                raise _too_deep(path, idx, typ, max_depth)
-            children = list(_wire_net_children(data, s, e, path + "/"))
-            stack.extend((cs, ce, p, i, t, depth + 1) for cs, ce, p, i, t in reversed(children))
-    except _Truncated:
+            found = _wire_net_children(data, 0, len(data), "")
+        start = [((s, e), path, idx, typ) for s, e, path, idx, typ in found]
+        _check_nesting(start, children, max_depth)
+    except WireTruncated:
         return
 
 
@@ -269,9 +277,9 @@ def wire_submessages(data: bytes, number: int) -> list[bytes]:
     """
     out: list[bytes] = []
     try:
-        for num, wtype, s, e in _fields(data, 0, len(data)):
+        for num, wtype, s, e in wire_fields(data, 0, len(data)):
             if num == number and wtype == 2:
                 out.append(data[s:e])
-    except _Truncated:
+    except WireTruncated:
         pass
     return out
