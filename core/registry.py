@@ -210,22 +210,6 @@ class GradientMaker:
         self.set_dense(i, name)
         return name
 
-    def GI_I(self, i: int) -> str:
-        """Record and return ``<input>_grad_indices`` (sparse gradient of input ``i``)."""
-        cur = self.g_input[i]
-        vals = cur.values if isinstance(cur, GradientSlice) else self.op.input[i] + "_grad_values"
-        name = self.op.input[i] + "_grad_indices"
-        self.set_sparse(i, name, vals)
-        return name
-
-    def GI_V(self, i: int) -> str:
-        """Record and return ``<input>_grad_values`` (sparse gradient of input ``i``)."""
-        cur = self.g_input[i]
-        idx = cur.indices if isinstance(cur, GradientSlice) else self.op.input[i] + "_grad_indices"
-        name = self.op.input[i] + "_grad_values"
-        self.set_sparse(i, idx, name)
-        return name
-
     def set_dense(self, i: int, name: str) -> None:
         """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
         if isinstance(self.g_input[i], GradientSlice):
@@ -258,16 +242,6 @@ class GradientMaker:
         if a.HasField("i"):
             return float(a.i)
         return default
-
-    def arg_s(self, name: str, default: str) -> str:
-        """String argument ``name`` (``s`` decoded as UTF-8), or ``default``."""
-        a = self.arg(name)
-        return a.s.decode("utf-8", "replace") if a is not None and a.HasField("s") else default
-
-    def arg_ints(self, name: str) -> list[int] | None:
-        """List argument ``name`` (``ints``), or ``None`` when absent."""
-        a = self.arg(name)
-        return list(a.ints) if a is not None else None
 
     # -- building ops ----------------------------------------------------------
     def make_op(

@@ -133,7 +133,7 @@ class Workspace:
             parent: the workspace holding the outer blobs.
             bindings: inner name -> outer name, applied in order.
             skip_defined: skip a binding whose inner name already exists here (the existing
-                blob wins); used by ``popGradientWorkspace`` so the forward snapshots made by
+                blob wins); used by ``pop_gradient_workspace`` so the forward snapshots made by
                 ``copy_external_blobs`` take precedence.
 
         Raises:
@@ -244,11 +244,6 @@ class WorkspaceStack:
     def empty(self) -> bool:
         """Whether no workspace is pushed."""
         return self.top < 0
-
-    # Caffe2 spellings.
-    pushForwardWorkspace = push_forward_workspace  # noqa: N815
-    reuseLastForwardWorkspace = reuse_last_forward_workspace  # noqa: N815
-    popGradientWorkspace = pop_gradient_workspace  # noqa: N815
 
     def __repr__(self) -> str:
         return f"WorkspaceStack(size={len(self.workspaces)}, top={self.top})"

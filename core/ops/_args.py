@@ -265,13 +265,6 @@ def conv_pool_geometry(
 # --- sub-nets, data types and tensor-size limits (added by the elementwise/shape ops) --------
 
 
-def get_net(op: OperatorDef, name: str) -> caffe2_pb2.NetDef | None:
-    """NetDef argument ``name`` (field ``n``), or ``None`` when absent or not a net."""
-    a = find_arg(op, name)
-    if a is None or not a.HasField("n"):
-        return None
-    return a.n
-
 
 #: Caffe2 ``TensorProto.DataType`` numbers (spec §1.1) -> NumPy dtypes. STRING (4),
 #: ZERO_COLLISION_HASH (14) and REBATCHING_BUFFER (15) have no NumPy kernel type.
