@@ -216,7 +216,9 @@ class VerifyRequest(_Strict):
     passes: int | None = None
     seed: int | None = None
     grad_ops: list[OperatorDefJson] | None = Field(
-        None, description="check these gradient ops instead of generated ones"
+        None,
+        description="check these gradient ops instead of generated ones (e.g. the grad_ops "
+        "of /v1/gradients/net, whose leading all-ones seed ops are taken as the seeds)",
     )
     recompute: bool = Field(
         False, description="as for /v1/gradients/net: re-run producers of overwritten values"

@@ -666,6 +666,29 @@ def _validate(opts: VerifyOptions) -> None:
         raise InvalidRequestError(f"seed must be >= 0, got {opts.seed}")
 
 
+def _adopt_auto_seeds(ops: list[OperatorDef], seeds: dict[str, str]) -> list[OperatorDef]:
+    """Let given gradient ops keep the all-ones seeds ``/v1/gradients/net`` put first.
+
+    An op ``ConstantFill([y] -> [<y>_autogen_grad])`` for a checked output ``y`` would
+    overwrite the random weights the check feeds; it is dropped and its output becomes the
+    seed name of ``y`` (``seeds`` is updated in place), so ops generated with list ``ys``
+    can be passed back as they are.
+    """
+    kept = []
+    for op in ops:
+        ins, outs = op.input[:], op.output[:]
+        if (
+            op.type == "ConstantFill"
+            and len(ins) == 1
+            and ins[0] in seeds
+            and outs == [ins[0] + "_autogen_grad"]
+        ):
+            seeds[ins[0]] = outs[0]
+            continue
+        kept.append(op)
+    return kept
+
+
 def verify_net(
     net: NetDef,
     ys: Sequence[str] | Mapping[str, GradValue],
@@ -689,7 +712,8 @@ def verify_net(
         options: inputs, mode, tolerances (see :class:`VerifyOptions`).
         skip: ignore the first ``skip`` ops for gradient generation (they still run).
         grad_ops: check these gradient ops instead of the generated ones (the grad map still
-            comes from generation) - e.g. to prove that a tampered op is caught.
+            comes from generation) - e.g. to prove that a tampered op is caught. Leading
+            all-ones seed ops, as ``/v1/gradients/net`` emits for list ``ys``, are adopted.
         pool: worker pool for the numeric work.
         limits: job limits (default: the pool's / process defaults).
         recompute: generate with ``recompute`` (see :func:`core.api.gradient_for_net`).
@@ -706,8 +730,10 @@ def verify_net(
 
     _validate(options)
     seeds = seed_names(net, ys, [s.blob for s in options.inputs])
+    ops = None if grad_ops is None else _adopt_auto_seeds(list(grad_ops), seeds)
     gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute)
-    ops = list(gen.grad_ops) if grad_ops is None else list(grad_ops)
+    if ops is None:
+        ops = list(gen.grad_ops)
     job = _Job(
         net.SerializeToString(),
         [op.SerializeToString() for op in ops],

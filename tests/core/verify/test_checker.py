@@ -344,3 +344,37 @@ def test_bad_input_specs_are_request_errors(spec: InputSpec) -> None:
     """Found by fuzzing: these used to fail inside the worker with raw Python errors."""
     with pytest.raises(InvalidRequestError):
         materialize_inputs([spec])
+
+
+def test_ops_from_gradients_net_with_auto_seeds_verify_as_they_are() -> None:
+    """Found by a walkthrough: passing /v1/gradients/net's ops (all-ones seed first) back to
+    verify must check them, not the seed."""
+    net = NetDef()
+    net.op.extend(
+        [
+            make_op("FC", ["x", "w1", "b1"], ["h1"]),
+            make_op("Relu", ["h1"], ["h1"]),
+            make_op("FC", ["h1", "w2", "b2"], ["y"]),
+        ]
+    )
+    inputs = [
+        InputSpec("x", random=RandomSpec([2, 3], seed=1)),
+        InputSpec("w1", random=RandomSpec([4, 3], seed=2)),
+        InputSpec("b1", random=RandomSpec([4], seed=3)),
+        InputSpec("w2", random=RandomSpec([2, 4], seed=4)),
+        InputSpec("b2", random=RandomSpec([2], seed=5)),
+    ]
+    ops = list(gradient_for_net(net, ["y"]).grad_ops)
+    assert ops[0].type == "ConstantFill"
+    good = verify_net(net, ["y"], VerifyOptions(inputs=inputs, mode="full"), grad_ops=ops)
+    assert good.report.passed, good.report
+    tampered = [caffe2_pb2.OperatorDef() for _ in ops]
+    for new, old in zip(tampered, ops, strict=True):
+        new.CopyFrom(old)
+    relu_grad = next(o for o in tampered if o.type == "ReluGradient")
+    relu_grad.output[0] = "h1_grad_tampered"
+    tampered.insert(tampered.index(relu_grad) + 1,
+                    make_op("Scale", ["h1_grad_tampered"], ["h1_grad"], [make_arg("scale", 1.1)]))
+    bad = verify_net(net, ["y"], VerifyOptions(inputs=inputs, mode="full"), grad_ops=tampered)
+    by_blob = {b.blob: b.passed for b in bad.report.blobs}
+    assert by_blob["w2"] and by_blob["b2"] and not by_blob["w1"] and not by_blob["x"]
