@@ -292,7 +292,7 @@ def subnet_gradient(
     from core.ir.backward import backward
 
     child = env.child(env.op_index, op.type, arg_name)
-    grad_ops, gmap = backward(subnet.op, seeds, child)
+    grad_ops, gmap = backward(subnet.op, seeds, child, entry=True)
     dense: dict[str, str] = {}
     for blob, g in gmap.items():
         _reject_sparse(env, op, blob, g, f"{arg_name} gradient")
@@ -480,40 +480,41 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
         raise _err(env, op, "Expected then subnet in If op (argument then_net)", "invalid_if")
     else_net = net_argument(op, "else_net")
     then_g = subnet_gradient(op, then_net, seeds, env, "then_net")
+    else_g = subnet_gradient(op, else_net, seeds, env, "else_net") if else_net else None
+    # A missing else branch leaves every blob as it is: its gradient map is the identity
+    # on the incoming gradients.
+    dense_seeds = {b: g for b, g in seeds.items() if isinstance(g, str)}
+    else_map = else_g.grad_map if else_g is not None else dense_seeds
     grad_map = dict(then_g.grad_map)
-    else_g = None
-    if else_net is not None:
-        else_g = subnet_gradient(op, else_net, seeds, env, "else_net")
-        for blob, eg in else_g.grad_map.items():
-            tg = grad_map.get(blob)
-            if tg is None or tg == eg:
-                grad_map[blob] = eg
-                continue
-            incoming = seeds.get(blob)
-            if tg == incoming:
-                grad_map[blob] = eg
-            elif eg == incoming:
-                continue
-            else:
-                raise GradientError.at(
-                    f"Unexpected grad blob name {blob}, {eg}, {tg}: the then and else branches "
-                    "name the gradient of this blob differently and neither is the incoming "
-                    "gradient, so the gradient If cannot define one name for it",
-                    op_index=env.op_index,
-                    op_type=op.type,
-                    path=env.op_path(env.op_index, op.type),
-                    blobs=(blob, tg, eg),
-                    code="if_branch_gradient_conflict",
-                )
-    else_out = else_g.outputs if else_g else []
-    to_else = _zero_fill_ops(then_g, else_out, seeds)
-    to_then = _zero_fill_ops(else_g, then_g.outputs, seeds) if else_g else []
-    then_ops = [*then_g.ops, *to_then]
-    else_ops = [*else_g.ops, *to_else] if else_g else list(to_else)
+    for blob, eg in else_map.items():
+        tg = grad_map.get(blob)
+        if tg is None or tg == eg:
+            grad_map[blob] = eg
+            continue
+        incoming = seeds.get(blob)
+        if tg == incoming:
+            grad_map[blob] = eg
+        elif eg == incoming:
+            continue
+        else:
+            raise GradientError.at(
+                f"Unexpected grad blob name {blob}, {eg}, {tg}: the then and else branches "
+                "name the gradient of this blob differently and neither is the incoming "
+                "gradient, so the gradient If cannot define one name for it",
+                op_index=env.op_index,
+                op_type=op.type,
+                path=env.op_path(env.op_index, op.type),
+                blobs=(blob, tg, eg),
+                code="if_branch_gradient_conflict",
+            )
+    g_input: list[GradValue] = [grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    wanted = {str(op.input[k]): str(g) for k, g in enumerate(g_input) if g is not None}
+    then_ops = [*then_g.ops, *_branch_fill_ops(then_g.grad_map, wanted)]
+    else_ops = [*(else_g.ops if else_g else []), *_branch_fill_ops(else_map, wanted)]
     else_header: NetDef | None = None
     if else_g is not None:
         else_header = else_g.header
-    elif to_else:
+    elif else_ops:
         else_header = NetDef()
         else_header.CopyFrom(then_g.header)
         if else_header.name:
@@ -529,36 +530,36 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
     _put_net(grad, "then_net", then_g.header, then_ops)
     if else_header is not None:
         _put_net(grad, "else_net", else_header, else_ops)
-    m.g_input = [grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    m.g_input = g_input
     return [*copies, grad]
 
 
-def _zero_fill_ops(
-    branch: SubnetGradient | None, other_outputs: Sequence[str], seeds: Mapping[str, GradValue]
+def _branch_fill_ops(
+    branch_map: Mapping[str, GradValue], wanted: Mapping[str, str]
 ) -> list[OperatorDef]:
-    """Ops defining, in the other branch, gradients only ``branch`` produces (spec §3.4 step 4).
+    """Ops making one branch define every input gradient the gradient If outputs (§3.4 step 4).
 
-    A gradient whose blob has an incoming gradient becomes a ``Copy`` of it; otherwise a
-    ``ConstantFill`` of zeros shaped like the forward blob.
+    ``wanted`` maps each forward input of the If to the gradient name the If gives it. When
+    the branch's own gradient of the blob's entry value (``branch_map``, see
+    :meth:`core.ir.backward.BackwardPass.entry_map`) has that name, nothing is needed. When
+    it has another name (the incoming gradient, passed through a branch that does not touch
+    the blob), it is copied. When the branch has none (it overwrites the blob without
+    reading it, or does not read it at all), the gradient is zeros shaped like the blob,
+    even when the name already exists, e.g. as the incoming gradient the other branch
+    passes through: upstream copied the incoming gradient there, a wrong input gradient.
+    Copies come first, so they read incoming gradients before any fill overwrites them.
     """
-    if branch is None:
-        return []
-    by_grad: dict[str, str] = {}
-    for blob, g in branch.grad_map.items():
-        by_grad.setdefault(g, blob)
-    ops: list[OperatorDef] = []
-    other = set(other_outputs)
-    for g in branch.outputs:
-        if g in other or g not in by_grad:
+    copies: list[OperatorDef] = []
+    fills: list[OperatorDef] = []
+    for blob, g in wanted.items():
+        have = branch_map.get(blob)
+        if have == g:
             continue
-        blob = by_grad[g]
-        incoming = seeds.get(blob)
-        if isinstance(incoming, str):
-            if incoming != g:
-                ops.append(make_op("Copy", [incoming], [g], name=None))
-            continue
-        ops.append(make_op("ConstantFill", [blob], [g], [make_arg("value", 0.0)], name=None))
-    return ops
+        if isinstance(have, str):
+            copies.append(make_op("Copy", [have], [g], name=None))
+        else:
+            fills.append(make_op("ConstantFill", [blob], [g], [make_arg("value", 0.0)], name=None))
+    return [*copies, *fills]
 
 
 # ---------------------------------------------------------------------------------------
@@ -636,12 +637,23 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     cond_net.name = cond_name
     cond_net.op.append(make_op("HasScope", [workspace], [cond_blob]))
     init_ops = [*pre_ops, make_op("HasScope", [workspace], [cond_blob])]
+    # A loop-carried blob the body overwrites without reading its entry value: the
+    # gradient of the value an iteration finds is zero, except when the loop runs zero
+    # times and the blob passes through. It is carried in a private blob that holds the
+    # incoming gradient before the loop and zeros after every gradient iteration (issue
+    # 7, A: upstream fed the same incoming gradient to every iteration).
+    loop_map = dict(sub.grad_map)
+    entry_zero: list[OperatorDef] = []
     for blob, g in seeds.items():
-        lg = sub.grad_map.get(blob)
+        if blob in inputs_after_cond and blob not in loop_map and isinstance(g, str):
+            lg = loop_map[blob] = f"_{g}_while_entry"
+            entry_zero.append(make_op("ConstantFill", [g], [lg], [make_arg("value", 0.0)]))
+    for blob, g in seeds.items():
+        lg = loop_map.get(blob)
         if lg is not None and lg != g:
-            cond_net.op.append(make_op("Copy", [lg], [str(g)]))
-            init_ops.append(make_op("Copy", [str(g)], [lg]))
-    loop_ops = list(sub.ops)
+            cond_net.op.append(make_op("Copy", [str(lg)], [str(g)]))
+            init_ops.append(make_op("Copy", [str(g)], [str(lg)]))
+    loop_ops = [*sub.ops, *entry_zero]
     # Loop-invariant inputs (read by every iteration, never written by the loop) receive
     # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
     # only the first iteration's contribution survived. netgrad sums them into a private
@@ -668,7 +680,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     grad.output.extend(loop_out)
     _put_net(grad, "loop_net", sub.header, loop_ops)
     grad.arg.append(make_arg("cond_net", cond_net))
-    m.g_input = [sub.grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    m.g_input = [loop_map.get(i) if k else None for k, i in enumerate(op.input)]
     env.warn(
         "while_keeps_workspaces",
         "the gradient While pops one saved forward workspace per iteration: the forward "
@@ -703,7 +715,12 @@ def rename_control_output(
     if op.type == "If":
         for arg in op.arg:
             if arg.name in ("then_net", "else_net") and arg.HasField("n"):
-                _rename_in_net(arg.n, old, new_name)
+                if any(old in inner.output for inner in arg.n.op):
+                    _rename_in_net(arg.n, old, new_name)
+                else:  # the branch passes the incoming gradient through under the old name
+                    arg.n.op.append(make_op("Copy", [old], [new_name], name=None))
+                    if old not in op.input:
+                        op.input.append(old)
         op.output[idx] = new_name
     elif op.type == "Do":
         _rename_do_output(op, idx, new_name)

@@ -100,10 +100,17 @@ class BackwardPass:
         self._recomputed: dict[tuple[str, int], str] = {}
         self._pending: list[OperatorDef] = []
         self.op_outputs: list[list[str]] = []
+        # names whose first appearance is a write: the net never reads their entry value
+        self.first_written: set[str] = set()
+        self._input_to_grad: dict[str, GradValue] = {}
+        # gradient of the oldest version reached, of blobs overwritten without being read
+        self._erased: dict[str, GradValue] = {}
         # op types, inputs and outputs read out of the protobuf once: every read of a
         # protobuf field builds new Python strings.
         self.op_types: list[str] = []
-        for op in self.ops:
+        for i, op in enumerate(self.ops):
+            if op.type in ("If", "While"):
+                op = self.ops[i] = _with_implicit_inputs(op)
             self._play(op)
         self._check_stop_gradients()
         self._warn_undeclared_branch_writes()
@@ -133,6 +140,8 @@ class BackwardPass:
                 by_version[v] = [idx]
         outs: dict[str, int] = {}
         for name in op_out:
+            if name not in frontier:
+                self.first_written.add(name)
             v = frontier[name] + 1 if name in frontier else 0
             frontier[name] = v
             outs[name] = v
@@ -238,6 +247,7 @@ class BackwardPass:
         grad_ops: list[OperatorDef] = []
         self._grad_ops = grad_ops
         input_to_grad: dict[str, GradValue] = {}
+        self._input_to_grad = input_to_grad
         for y, g in ys.items():
             v = self.frontier[y]
             if g is None:
@@ -266,6 +276,7 @@ class BackwardPass:
                 problems.extend(self._locate(exc, idx))
                 error_types.append(type(exc))
                 self._after_failure(idx, exc, input_to_grad)
+            self._erase_overwritten(idx, input_to_grad)
             if idx not in first_of_many:
                 continue
             try:
@@ -282,6 +293,74 @@ class BackwardPass:
             )
             raise cls(head, problems)
         return grad_ops, self._ordered_map(input_to_grad)
+
+    def entry_map(self) -> dict[str, GradValue]:
+        """Gradients of the values the ops find on entry, after :meth:`run` (issue 7, A).
+
+        A sub-net's input gradient is the gradient of the value its ops *read* before any of
+        them writes the name: version 0 of a blob read before written, or the seed of a blob
+        no op touches (it passes through). A blob whose first appearance is a write has no
+        entry value the ops read, and a gradient that stopped at a later version does not
+        reach the entry value: neither is in the map. Upstream matched names instead, so a
+        sub-net that only wrote an outer blob passed its output gradient through as the
+        input gradient.
+
+        Returns:
+            blob -> gradient, in first-appearance order (dense names or GradientSlices).
+        """
+        out: dict[str, GradValue] = {}
+        for name in self.frontier:
+            g = self._input_to_grad.get(name)
+            if g is None or name in self.first_written:
+                continue
+            if self.gradient_frontier.get(name, 0) == 0:
+                out[name] = g
+        return out
+
+    def _erase_overwritten(self, idx: int, input_to_grad: dict[str, GradValue]) -> None:
+        """Forget the gradient of blobs op ``idx`` overwrites without reading them.
+
+        The gradient of the version an op writes is consumed by that op; the older version of
+        the name, if any, gets no gradient through it. Upstream kept the newer version's
+        gradient under the name, so an earlier writer or the sub-net boundary saw a stale
+        gradient (a version error at best, a wrong input gradient at worst).
+        """
+        inputs = self.op_inputs[idx]
+        versions = self.out_versions[idx]
+        for name in self.op_outputs[idx]:
+            if versions[name] > 0 and name not in inputs:
+                self._warn_dead_write(idx, name, versions[name] - 1)
+                g = input_to_grad.get(name)
+                if g is not None:
+                    self._erased[name] = g
+                input_to_grad[name] = None
+
+    def _warn_dead_write(self, idx: int, name: str, version: int) -> None:
+        """Warn when op ``idx`` overwrites a version of ``name`` that no op read (bug row 2).
+
+        Caffe2 raised a version error for such a dead write (e.g. an op added twice); its
+        gradient is simply zero, so netgrad answers and says so.
+        """
+        if self.input_usages.get(name, {}).get(version):
+            return
+        if version == 0 and name not in self.first_written:
+            return  # version 0 of an input: fed, not written
+        writer = next(
+            (i for i in range(idx - 1, -1, -1) if self.out_versions[i].get(name) == version),
+            None,
+        )
+        if writer is None:
+            return
+        w_type = self.op_types[writer]
+        self.env.warn(
+            "dead_write",
+            f"op[{writer + self.offset}]:{w_type} writes '{name}' (version {version}) but no "
+            f"op reads it before op[{idx + self.offset}]:{self.op_types[idx]} overwrites it, "
+            "so that write gets no gradient (was an op added twice?)",
+            op_index=writer + self.offset,
+            op_type=w_type,
+            blobs=[name],
+        )
 
     def _after_failure(
         self, idx: int, exc: NetgradError, input_to_grad: dict[str, GradValue]
@@ -326,8 +405,21 @@ class BackwardPass:
         The frontier holds every blob in that order: an op's inputs, then its outputs, op by
         op (:meth:`_play`), then the ``ys`` that no op touches (:meth:`run`). Every key of
         ``input_to_grad`` is an op input or a ``ys`` blob, so none is left out.
+
+        A blob the net writes before it reads it (an intermediate or an output) keeps, as in
+        Caffe2, the gradient of the oldest version the pass reached, even when an older
+        version exists without one. A blob the net reads first (an input) is listed only
+        with the gradient of the value it was fed.
         """
-        return {k: input_to_grad[k] for k in self.frontier if input_to_grad.get(k) is not None}
+        erased = self._erased
+        out: dict[str, GradValue] = {}
+        for k in self.frontier:
+            g = input_to_grad.get(k)
+            if g is None and k in erased and k in self.first_written:
+                g = erased[k]
+            if g is not None:
+                out[k] = g
+        return out
 
     def _gradients_for_op(
         self, idx: int, input_to_grad: dict[str, GradValue], grad_ops: list[OperatorDef]
@@ -726,6 +818,52 @@ class BackwardPass:
         op.device_option.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
 
 
+def _with_implicit_inputs(op: OperatorDef) -> OperatorDef:
+    """``op`` with the outputs it may leave unchanged added to its inputs (issue 7, A).
+
+    An ``If`` output that one branch does not write (or every output, without ``else_net``)
+    and a ``While`` output (the loop may run zero times) keeps its old value on some runs:
+    the op reads it. Caffe2's ``add_if_op`` does not list such outputs as inputs, so its
+    SSA misses that read and the old value gets no gradient. The backward pass works on a
+    copy with those names appended to the inputs; the forward net is not changed.
+    """
+    written: list[set[str]] = []
+    if op.type == "If":
+        for name in ("then_net", "else_net"):
+            arg = next((a for a in op.arg if a.name == name and a.HasField("n")), None)
+            written.append({o for inner in arg.n.op for o in inner.output} if arg else set())
+    inputs = set(op.input)
+    implicit = [
+        o
+        for o in dict.fromkeys(op.output)
+        if o not in inputs and not (written and all(o in w for w in written))
+    ]
+    if not implicit:
+        return op
+    copy = OperatorDef()
+    copy.CopyFrom(op)
+    copy.input.extend(implicit)
+    return copy
+
+
+def written_before_read(ops: Sequence[OperatorDef]) -> set[str]:
+    """Names whose first appearance in ``ops`` is a write (If/While implicit reads included).
+
+    A value fed under such a name never reaches an op, so it has no gradient.
+    """
+    seen: set[str] = set()
+    first_written: set[str] = set()
+    for op in ops:
+        if op.type in ("If", "While"):
+            op = _with_implicit_inputs(op)
+        seen.update(op.input)
+        for name in op.output:
+            if name not in seen:
+                first_written.add(name)
+                seen.add(name)
+    return first_written
+
+
 def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
     """Blobs written in the workspace that runs ``net``: Do sub-nets have their own."""
     for op in net.op:
@@ -769,10 +907,15 @@ def backward(
     ys: Mapping[str, GradValue],
     env: GenEnv,
     index_offset: int = 0,
+    entry: bool = False,
 ) -> tuple[list[OperatorDef], dict[str, GradValue]]:
     """Backward pass over ``ops`` with seeds ``ys`` (``GradientRegistry.GetBackwardPass``).
 
     Used for the top-level net and, by the control-flow makers, for sub-nets.
+
+    Args:
+        entry: return :meth:`BackwardPass.entry_map` (gradients of the values the ops read
+            on entry, what a sub-net boundary needs) instead of Caffe2's map of every blob.
 
     Returns:
         ``(gradient ops, blob -> gradient)``.
@@ -780,7 +923,9 @@ def backward(
     Raises:
         NetgradError subclasses naming every offending op.
     """
-    return BackwardPass(ops, env, index_offset).run(ys)
+    bp = BackwardPass(ops, env, index_offset)
+    grad_ops, gmap = bp.run(ys)
+    return grad_ops, bp.entry_map() if entry else gmap
 
 
 def _check_ys_written(seeds: Mapping[str, GradValue], op_outputs: Sequence[list[str]]) -> None:

@@ -734,10 +734,16 @@ def verify_net(
     gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute)
     if ops is None:
         ops = list(gen.grad_ops)
+    # A fed blob the net overwrites before reading it has no gradient, whatever the map
+    # says of the blob's later versions.
+    from core.ir.backward import written_before_read
+
+    overwritten = written_before_read(net.op)
+    checked_map = {b: g for b, g in gen.grad_map.items() if b not in overwritten}
     job = _Job(
         net.SerializeToString(),
         [op.SerializeToString() for op in ops],
-        dict(gen.grad_map),
+        checked_map,
         seeds,
         dataclasses.replace(options),
         limits,

@@ -84,12 +84,31 @@ def test_in_place() -> None:
 
 
 def test_version_mismatch_reports_history() -> None:
-    ops = [op("Direct", ["x"], ["x"]), op("Direct", ["y"], ["x"]), op("Direct", ["x"], ["y"])]
+    ops = [op("UseInput", ["x"], ["y"]), op("Direct", ["y"], ["x"])]
     with pytest.raises(VersionMismatchError) as info:
-        run(ops, {"y": "y_grad"})
+        run(ops, {"x": "x_grad"})
     p = info.value.problems[0]
-    assert "version" in p.message
-    assert p.op_index is not None and p.op_type == "Direct"
+    assert 'needs input "x" at version 0, but currently we have version 1' in p.message
+    assert "version (out) 1 <-- op[1]:Direct" in p.message
+    assert (p.op_index, p.op_type) == (0, "UseInput")
+
+
+def test_overwriting_without_reading_ends_the_older_versions_gradient() -> None:
+    """x@1 is overwritten by x@2 before anything reads it: x@1 and x@0 get no gradient.
+
+    Upstream handed x@2's gradient to the writer of x@1 (a version error); netgrad knows
+    the older versions have none and warns about the dead write.
+    """
+    ops = [op("Direct", ["x"], ["x"]), op("Direct", ["y"], ["x"]), op("Direct", ["x"], ["y"])]
+    env = GenEnv()
+    g, gmap = backward(ops, {"y": "y_grad"}, env)
+    assert sig(g) == [
+        ("DirectGradient", ["y_grad"], ["x_grad"]),
+        ("DirectGradient", ["x_grad"], ["y_grad"]),
+    ]
+    assert gmap == {"y": "y_grad"}  # the fed x reaches y only through the dead x@1
+    (dead,) = [d for d in env.diagnostics if d.code == "dead_write"]
+    assert (dead.op_index, dead.blobs) == (0, ("x",))
 
 
 def test_use_output_chain_and_in_place() -> None:
