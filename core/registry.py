@@ -205,8 +205,17 @@ class GradientMaker:
         return g
 
     def GI(self, i: int) -> str:
-        """Record and return the dense gradient name ``<input>_grad`` of input ``i``."""
-        name = self.input_names[i] + "_grad"
+        """Record and return the dense gradient name ``<input>_grad`` of input ``i``.
+
+        When the op reads the same blob at several positions (``Mul(w, w)``), each later
+        position gets its own name ``_<input>_grad_input_<i>``: a maker that uses one input
+        gradient as scratch (tensor-exponent Pow) would otherwise overwrite the other, and
+        the backward pass sums the per-position gradients anyway (spec §2.7). Upstream gave
+        both positions one name.
+        """
+        base = self.input_names[i]
+        first = self.input_names.index(base)
+        name = base + "_grad" if first == i else f"_{base}_grad_input_{i}"
         self.set_dense(i, name)
         return name
 

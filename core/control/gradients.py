@@ -646,13 +646,13 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     entry_zero: list[OperatorDef] = []
     for blob, g in seeds.items():
         if blob in inputs_after_cond and blob not in loop_map and isinstance(g, str):
-            lg = loop_map[blob] = f"_{g}_while_entry"
-            entry_zero.append(make_op("ConstantFill", [g], [lg], [make_arg("value", 0.0)]))
+            entry = loop_map[blob] = f"_{g}_while_entry"
+            entry_zero.append(make_op("ConstantFill", [g], [entry], [make_arg("value", 0.0)]))
     for blob, g in seeds.items():
-        lg = loop_map.get(blob)
-        if lg is not None and lg != g:
-            cond_net.op.append(make_op("Copy", [str(lg)], [str(g)]))
-            init_ops.append(make_op("Copy", [str(g)], [str(lg)]))
+        carry = loop_map.get(blob)
+        if carry is not None and carry != g:
+            cond_net.op.append(make_op("Copy", [str(carry)], [str(g)]))
+            init_ops.append(make_op("Copy", [str(g)], [str(carry)]))
     loop_ops = [*sub.ops, *entry_zero]
     # Loop-invariant inputs (read by every iteration, never written by the loop) receive
     # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
@@ -808,6 +808,54 @@ def _rename_while_output(
             siblings.insert(pos, make_op("Copy", [old], [new]))
         if new not in op.input:
             op.input.append(new)
+
+
+def rename_control_input(op: OperatorDef, old: str, new: str) -> None:
+    """Make a gradient Do/If/While read outer blob ``new`` wherever it read ``old``.
+
+    Used when ``recompute`` replaces an overwritten forward value by a recomputed blob
+    (issue 7, B and C). If and While sub-nets run in the op's workspace: their reads of
+    ``old`` are redirected, nested control ops included. A Do's sub-net runs in the saved
+    forward workspace, where the inner name is still forwarded to the (overwritten) outer
+    blob and cannot be bound again ("Redefinition of blob"): the inner reads move to a new
+    inner name, ``new`` itself, bound to the new outer blob.
+    """
+    positions = [j for j, name in enumerate(op.input) if name == old]
+    for j in positions:
+        op.input[j] = new
+    if op.type == "Do":
+        _rebind_do_input(op, positions, new)
+        return
+    for arg in op.arg:
+        if arg.name in ("then_net", "else_net", "loop_net", "cond_net") and arg.HasField("n"):
+            _rename_reads_in_net(arg.n, old, new)
+
+
+def _rename_reads_in_net(net: NetDef, old: str, new: str) -> None:
+    """Redirect the reads of ``old`` in ``net`` that come before any op writes ``old``."""
+    for inner in net.op:
+        if old in inner.input:
+            if inner.type in ("Do", "If", "While"):
+                rename_control_input(inner, old, new)
+            else:
+                for j, name in enumerate(inner.input):
+                    if name == old:
+                        inner.input[j] = new
+        if old in inner.output:
+            return
+
+
+def _rebind_do_input(op: OperatorDef, positions: Sequence[int], new: str) -> None:
+    inner_arg = find_arg(op, "inner_blobs")
+    idx_arg = find_arg(op, "outer_blobs_idx")
+    net = net_argument(op, "net")
+    if inner_arg is None or idx_arg is None or net is None:
+        return
+    for i, k in enumerate(idx_arg.ints):
+        if k in positions:
+            inner = inner_arg.strings[i].decode("utf-8")
+            inner_arg.strings[i] = new.encode("utf-8")
+            _rename_reads_in_net(net, inner, new)
 
 
 def _position(ops: list[OperatorDef] | None, op: OperatorDef) -> int | None:

@@ -60,6 +60,10 @@ class GradGen:
     device: DeviceOption | None
     op_v: OperatorDef | None = None
     idx_v: int = 0
+    # The maker's ops from the first that writes the gradient name to ``op`` (its last
+    # writer): renaming for accumulation renames the whole chain (issue 7, E).
+    chain: Sequence[OperatorDef] = ()
+    chain_v: Sequence[OperatorDef] = ()
 
     @property
     def sparse(self) -> bool:
@@ -502,7 +506,8 @@ class BackwardPass:
                 g_out_names[g.indices] = j
                 g_out_names[g.values] = j
         produced: set[str] = set()
-        sparse_parts: dict[int, GradGen] = {}
+        # (input position k, part) -> (first writer, last writer, output index of the last)
+        writers: dict[tuple[int, int], list[list[int]]] = {}
         for i, gop in enumerate(ops):
             # CheckGradientOperatorInput, inlined: this loop is the hot path. Equal versions
             # pass at once; _same_value only looks behind in-place identity ops.
@@ -529,22 +534,38 @@ class BackwardPass:
                     )
             if not wanted:
                 continue
-            dev = gop.device_option if gop.HasField("device_option") else None
             for out_i, out in enumerate(gop.output[:]):
                 # Like upstream's ``g_input.index(out)``, an output counts once, for the first
                 # input whose gradient it is: an op reading one blob twice (Mul(w, w)) gets one
                 # generator per output, and accumulation sums the two.
                 for k, part in wanted.get(out, ())[:1]:
                     produced.add(out)
-                    blob = op_inputs[k]
-                    if part == 0:
-                        self._add_gen(blob, in_versions[blob], GradGen(gop, out_i, g_input[k], dev))
-                        continue
-                    partial = sparse_parts.setdefault(k, GradGen(None, 0, g_input[k], dev))
-                    if part == 1:
-                        partial.op, partial.idx = gop, out_i
-                    else:
-                        partial.op_v, partial.idx_v = gop, out_i
+                    slots = writers.setdefault((k, part), [])
+                    if slots and len(wanted[out]) == 1:
+                        # the maker writes the gradient of one input again (a chain through
+                        # the name, or the name used as scratch first): one generator
+                        slots[-1][1:] = [i, out_i]
+                    else:  # a first write, or one of several inputs sharing the name
+                        slots.append([i, i, out_i])
+        # One generator per gradient write that survives: a maker whose gradient is several
+        # ops chained through one name (Pow, Sqrt...) is one generator (its last writer),
+        # not one per op; an op writing the name at two outputs (Mul(w, w)) is two.
+        sparse_parts: dict[int, GradGen] = {}
+        flat = [(kp, slot) for kp, slots in writers.items() for slot in slots]
+        for (k, part), (first, last, out_i) in sorted(flat, key=lambda e: (e[1][1], e[1][2])):
+            gop = ops[last]
+            dev = gop.device_option if gop.HasField("device_option") else None
+            chain = ops[first:] if len(wanted[g_name(g_input[k], part)]) == 1 else ()
+            blob = op_inputs[k]
+            if part == 0:
+                gen = GradGen(gop, out_i, g_input[k], dev, chain=chain)
+                self._add_gen(blob, in_versions[blob], gen)
+                continue
+            partial = sparse_parts.setdefault(k, GradGen(None, 0, g_input[k], dev))
+            if part == 1:
+                partial.op, partial.idx, partial.chain = gop, out_i, chain
+            else:
+                partial.op_v, partial.idx_v, partial.chain_v = gop, out_i, chain
         for k, gen in sparse_parts.items():
             blob = op_inputs[k]
             self._add_gen(blob, in_versions[blob], gen)
@@ -563,6 +584,7 @@ class BackwardPass:
                 grad_frontier[blob] = in_versions[blob]
 
     def _add_gen(self, blob: str, version: int, gen: GradGen) -> None:
+        """Record ``gen`` as a generator of the gradient of ``blob`` at ``version``."""
         gens = self.generators.get((blob, version))
         if gens is None:
             self.generators[blob, version] = [gen]
@@ -583,7 +605,7 @@ class BackwardPass:
         if fresh is None:
             self._version_error(kind, idx, name, name)
         else:
-            gop.input[pos] = fresh
+            rename_input(gop, pos, fresh)
 
     _NOT_RECOMPUTABLE = frozenset(
         {"Do", "If", "While", "UniformFill", "GaussianFill", "XavierFill", "MSRAFill",
@@ -739,7 +761,7 @@ class BackwardPass:
                 continue
             new = f"_{old}_autosplit_{k}"
             k += 1
-            rename_output(g.op, g.idx, new, self._grad_ops)
+            self._rename_chain(g.op, g.idx, g.chain, new)
             inputs.append(new)
         if base in passthrough:
             # The name is a pass-through gradient, which other blobs may share (Sum, Copy,
@@ -778,14 +800,14 @@ class BackwardPass:
             if g.op is not None:
                 new = f"_{g.op.output[g.idx]}_autosplit_{ki}"
                 ki += 1
-                rename_output(g.op, g.idx, new, self._grad_ops)
+                self._rename_chain(g.op, g.idx, g.chain, new)
                 idx_inputs.append(new)
             else:
                 idx_inputs.append(gs.indices)
             if g.op_v is not None:
                 new = f"_{g.op_v.output[g.idx_v]}_autosplit_{kv}"
                 kv += 1
-                rename_output(g.op_v, g.idx_v, new, self._grad_ops)
+                self._rename_chain(g.op_v, g.idx_v, g.chain_v, new)
                 val_inputs.append(new)
             else:
                 val_inputs.append(gs.values)
@@ -807,6 +829,30 @@ class BackwardPass:
         for o in ops:
             self._tag_sum_device(o, gens)
         return ops, GradientSlice(base + "_indices_concat", base + "_values_concat")
+
+    def _rename_chain(
+        self, op: OperatorDef, idx: int, chain: Sequence[OperatorDef], new: str
+    ) -> None:
+        """Rename gradient output ``idx`` of ``op`` and every use of it in its maker's chain.
+
+        ``chain`` runs from the first op of the maker that writes the name to the maker's
+        last op. Every write in it is renamed, and every read after the first write (it
+        reads the maker's own partial or final value); a read in the first op is left (it
+        is the incoming gradient when a maker reuses that name, spec §3.8 #11). An empty
+        chain (several inputs share the name, e.g. ``MatMul(w, w)``) renames ``op`` only.
+        """
+        old = op.output[idx]
+        for pos, c in enumerate(chain or (op,)):
+            if pos:
+                for j, name in enumerate(c.input[:]):
+                    if name == old:
+                        rename_input(c, j, new)
+            if c is op:  # the last writer: only this output (Mul(w, w) writes it twice)
+                rename_output(c, idx, new, self._grad_ops)
+                continue
+            for j, name in enumerate(c.output[:]):
+                if name == old:
+                    rename_output(c, j, new, self._grad_ops)
 
     @staticmethod
     def _tag_sum_device(op: OperatorDef, gens: Sequence[GradGen]) -> None:
@@ -892,6 +938,27 @@ def rename_output(
         rename_control_output(op, idx, new_name, siblings)
         return
     op.output[idx] = new_name
+
+
+def g_name(g: GradValue, part: int) -> str:
+    """The dense name (part 0), or the indices (1) or values (2) name of a GradientSlice."""
+    if isinstance(g, GradientSlice):
+        return g.indices if part == 1 else g.values
+    return str(g)
+
+
+def rename_input(op: OperatorDef, idx: int, new_name: str) -> None:
+    """Make input ``idx`` of an emitted gradient op read ``new_name``, sub-nets included.
+
+    A gradient ``Do``, ``If`` or ``While`` reads outer blobs from inside its sub-nets; every
+    such read of the old name is redirected too (issue 7, B and C).
+    """
+    if op.type in CONTROL_OP_TYPES:
+        from core.control.gradients import rename_control_input
+
+        rename_control_input(op, op.input[idx], new_name)
+        return
+    op.input[idx] = new_name
 
 
 def _as_seed_map(ys: Sequence[str] | Mapping[str, GradValue]) -> dict[str, GradValue]:

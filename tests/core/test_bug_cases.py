@@ -14,7 +14,6 @@ from core.errors import (
     GradientError,
     GradientNotDefinedError,
     InvalidNetError,
-    VersionMismatchError,
 )
 from core.ops import load_all
 from core.registry import REGISTRY, GradientStatus, make_arg, make_op
