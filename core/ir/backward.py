@@ -672,6 +672,70 @@ class BackwardPass:
             return False
         return roots.get(have, have) == roots.get(want, want)
 
+    def _recompute_obstacle(self, name: str, version: int) -> str | None:
+        """Why ``recompute`` cannot rebuild ``name`` at ``version`` (``None``: it can).
+
+        Mirrors :meth:`_recompute` without emitting anything.
+        """
+        if (name, version) in self._recomputed:
+            return None
+        p = next(
+            (i for i, outs in enumerate(self.out_versions) if outs.get(name) == version), None
+        )
+        if p is None:
+            if self.env.path:
+                return (
+                    f"'{name}' (version {version}) is the value the sub-net {self.env.path} "
+                    "finds on entry, not produced by an op in it, so there is nothing to "
+                    "re-run there"
+                )
+            return (
+                f"'{name}' (version {version}) is a value fed to the net, not produced by an "
+                "op, so there is nothing to re-run"
+            )
+        op = self.ops[p]
+        where = f"op[{p + self.offset}]:{op.type}"
+        if op.type in self._NOT_RECOMPUTABLE or (op.type == "Dropout" and not is_identity(op)):
+            kind = (
+                "a control op" if op.type in CONTROL_OP_TYPES
+                else "an op that cannot be re-run to the same value (random or stateful)"
+            )
+            return f"'{name}' (version {version}) was produced by {where}, {kind}"
+        for nm in self.op_inputs[p]:
+            v = self.in_versions[p][nm]
+            if not self._same_value(nm, self.frontier[nm], v):
+                inner = self._recompute_obstacle(nm, v)
+                if inner is not None:
+                    return f"re-running {where} needs {inner}"
+        return None
+
+    def _recompute_advice(self, name: str, version: int) -> str:
+        """What would help a gradient op that needs an overwritten value (issue 7, D)."""
+        try:
+            obstacle = self._recompute_obstacle(name, version)
+        except RecursionError:  # pragma: no cover - a replay chain too deep to follow
+            obstacle = "the chain of in-place rewrites is too long to replay"
+        overwriter = next(
+            (
+                f"op[{i + self.offset}]:{self.op_types[i]}"
+                for i, outs in enumerate(self.out_versions)
+                if outs.get(name) == version + 1
+            ),
+            "a later op",
+        )
+        keep = (
+            f"write the result of {overwriter} to a new blob instead of overwriting '{name}' "
+            "in place"
+        )
+        if obstacle is None:
+            if self.env.recompute:  # pragma: no cover - recompute succeeded, no error raised
+                return f"({keep})"
+            return (
+                "(netgrad can re-run the op that produced it into a fresh blob: send "
+                f"recompute=true, or --recompute on the command line; or {keep})"
+            )
+        return f"(recompute cannot help: {obstacle}. To fix it, {keep}.)"
+
     def _version_error(self, kind: str, idx: int, name: str, blob: str) -> None:
         """Raise the version error of ``CheckGradientOperatorInput`` (spec §2.6)."""
         outs, ins = self.out_versions[idx], self.in_versions[idx]
@@ -689,11 +753,7 @@ class BackwardPass:
                 f'Gradient operator needs {kind} "{name}" at version {want}, but currently '
                 f"we have version {have}."
             )
-            if not self.env.recompute:
-                msg += (
-                    " (netgrad can re-run the op that produced it into a fresh blob: "
-                    "send recompute=true, or --recompute on the command line)"
-                )
+            msg += " " + self._recompute_advice(name, want)
         raise VersionMismatchError.at(f"{msg}\n{hist}", blobs=tuple(dict.fromkeys((name, blob))))
 
     # -- accumulation -----------------------------------------------------------
