@@ -713,6 +713,12 @@ def rename_control_output(
     if old == new_name:
         return
     if op.type == "If":
+        if net_argument(op, "else_net") is None:  # an empty else passes the name through
+            empty = NetDef()
+            then_net = net_argument(op, "then_net")
+            if then_net is not None and then_net.name:
+                empty.name = then_net.name + "_auto_else_zero_blobs_"
+            op.arg.append(make_arg("else_net", empty))
         for arg in op.arg:
             if arg.name in ("then_net", "else_net") and arg.HasField("n"):
                 if any(old in inner.output for inner in arg.n.op):
