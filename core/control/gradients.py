@@ -637,23 +637,44 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     cond_net.name = cond_name
     cond_net.op.append(make_op("HasScope", [workspace], [cond_blob]))
     init_ops = [*pre_ops, make_op("HasScope", [workspace], [cond_blob])]
-    # A loop-carried blob the body overwrites without reading its entry value: the
-    # gradient of the value an iteration finds is zero, except when the loop runs zero
-    # times and the blob passes through. It is carried in a private blob that holds the
-    # incoming gradient before the loop and zeros after every gradient iteration (issue
-    # 7, A: upstream fed the same incoming gradient to every iteration).
-    loop_map = dict(sub.grad_map)
+    # Each iteration's output gradient is fed to the body in a private blob
+    # ``_<blob>_grad_while_carry``, never in the incoming gradient blob itself: that name
+    # may be shared with other blobs' gradients (a pass-through such as Sum hands one blob
+    # to several inputs), and upstream's feedback copy overwrote it (issue 7, fuzzer F1).
+    # Before the loop the carry holds the incoming gradient; after each gradient iteration
+    # it holds the gradient of the value that iteration found (the body's input gradient),
+    # or zeros when the body overwrites the blob without reading it (issue 7, A: upstream
+    # fed the same incoming gradient to every iteration). A zero-trip loop passes the
+    # incoming gradient through.
+    loop_ops = list(sub.ops)
+    loop_map: dict[str, str] = dict(sub.grad_map)
     entry_zero: list[OperatorDef] = []
     for blob, g in seeds.items():
-        if blob in inputs_after_cond and blob not in loop_map and isinstance(g, str):
-            entry = loop_map[blob] = f"_{g}_while_entry"
-            entry_zero.append(make_op("ConstantFill", [g], [entry], [make_arg("value", 0.0)]))
-    for blob, g in seeds.items():
-        carry = loop_map.get(blob)
-        if carry is not None and carry != g:
-            cond_net.op.append(make_op("Copy", [str(carry)], [str(g)]))
-            init_ops.append(make_op("Copy", [str(g)], [str(carry)]))
-    loop_ops = [*sub.ops, *entry_zero]
+        if not isinstance(g, str):
+            continue
+        carry_blob = f"_{blob}_grad_while_carry"
+        body_grad = sub.grad_map.get(blob)
+        for gop in loop_ops:
+            _rename_outer(gop, g, carry_blob)
+        if body_grad == g:  # the body updates the gradient in place (§3.8 #7)
+            body_grad = carry_blob
+        if body_grad is None:
+            init_ops.append(make_op("Copy", [g], [carry_blob]))
+            entry_zero.append(
+                make_op("ConstantFill", [carry_blob], [carry_blob], [make_arg("value", 0.0)])
+            )
+            body_grad = carry_blob
+        elif body_grad == carry_blob:
+            init_ops.append(make_op("Copy", [g], [carry_blob]))
+        else:
+            cond_net.op.append(make_op("Copy", [body_grad], [carry_blob]))
+            init_ops.append(make_op("Copy", [g], [body_grad]))
+            init_ops.append(make_op("Copy", [g], [carry_blob]))  # defined before the loop
+        if blob in inputs_after_cond:
+            loop_map[blob] = body_grad
+        else:
+            loop_map.pop(blob, None)
+    loop_ops.extend(entry_zero)
     # Loop-invariant inputs (read by every iteration, never written by the loop) receive
     # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
     # only the first iteration's contribution survived. netgrad sums them into a private
@@ -862,6 +883,25 @@ def _rebind_do_input(op: OperatorDef, positions: Sequence[int], new: str) -> Non
             inner = inner_arg.strings[i].decode("utf-8")
             inner_arg.strings[i] = new.encode("utf-8")
             _rename_reads_in_net(net, inner, new)
+
+
+def _rename_outer(op: OperatorDef, old: str, new: str) -> None:
+    """Rename every read and write of blob ``old`` by ``op`` in the workspace it runs in.
+
+    A Do binds its sub-net to outer blobs by position, so renaming its outer inputs and
+    outputs is enough; If and While sub-nets run in the op's workspace and are renamed too.
+    """
+    if op.type in ("If", "While") and old in op.input:
+        rename_control_input(op, old, new)
+    for j, name in enumerate(op.input):
+        if name == old:
+            op.input[j] = new
+    for j, name in enumerate(op.output):
+        if name == old:
+            if op.type in ("If", "While"):
+                rename_control_output(op, j, new)
+            else:
+                op.output[j] = new
 
 
 def _position(ops: list[OperatorDef] | None, op: OperatorDef) -> int | None:

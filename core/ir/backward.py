@@ -27,6 +27,7 @@ from core.errors import (
     NetgradError,
     VersionMismatchError,
 )
+from core.ir.dataflow import with_implicit_inputs
 from core.ir.env import GenEnv, GenLimits
 from core.registry import (
     get_gradient_for_op,
@@ -107,14 +108,16 @@ class BackwardPass:
         # names whose first appearance is a write: the net never reads their entry value
         self.first_written: set[str] = set()
         self._input_to_grad: dict[str, GradValue] = {}
+        # gradient blob name -> the blobs the pass gave it to (pass-through ops share one)
+        self._owners: dict[str, set[str]] = {}
         # gradient of the oldest version reached, of blobs overwritten without being read
         self._erased: dict[str, GradValue] = {}
         # op types, inputs and outputs read out of the protobuf once: every read of a
         # protobuf field builds new Python strings.
         self.op_types: list[str] = []
         for i, op in enumerate(self.ops):
-            if op.type in ("If", "While"):
-                op = self.ops[i] = _with_implicit_inputs(op)
+            if op.type in CONTROL_OP_TYPES:
+                op = self.ops[i] = with_implicit_inputs(op)
             self._play(op)
         self._check_stop_gradients()
         self._warn_undeclared_branch_writes()
@@ -263,6 +266,8 @@ class BackwardPass:
                 gen = GradGen(None, 0, g, None)
             self.generators.setdefault((y, v), []).append(gen)
             input_to_grad[y] = g
+            for gname in grad_names(g):
+                self._owners.setdefault(gname, set()).add(y)
         # Gradients are summed at the first reader of a blob version read more than once
         # (spec §2.7); only used as a filter, so the set's order does not matter.
         first_of_many = {
@@ -445,6 +450,8 @@ class BackwardPass:
         wants_input: set[str] | frozenset[str] = frozenset()
         if input_reads:
             wants_input = {inputs[i] for i in input_reads if inputs[i] in outputs}
+        if self.op_types[idx] in CONTROL_OP_TYPES:
+            g_input = self._protect_incoming(idx, ops, g_output, g_input)
         self._build_generators(idx, ops, g_output, g_input, wants_input)
         if self._pending:
             grad_ops.extend(self._pending)
@@ -454,7 +461,47 @@ class BackwardPass:
             if grad is not None or name not in input_to_grad or name in outputs:
                 new_map[name] = grad
         input_to_grad.update(new_map)
+        owners = self._owners
+        for name, grad in new_map.items():
+            for gname in grad_names(grad):
+                owners.setdefault(gname, set()).add(name)
         grad_ops.extend(ops)
+
+    def _protect_incoming(
+        self,
+        idx: int,
+        ops: list[OperatorDef],
+        g_output: Sequence[GradValue],
+        g_input: Sequence[GradValue],
+    ) -> list[GradValue]:
+        """Keep a gradient Do/If writing into an incoming gradient another blob shares.
+
+        A control op's gradient may write an input gradient into the blob of an incoming
+        gradient (a Do updating a loop-carried gradient in place, spec §3.8 #7; an If
+        zero-filling an input the taken branch overwrote). When a pass-through op (Sum,
+        Copy...) handed that blob to other blobs too, the write clobbers their gradient
+        (issue 7, fuzzer F1). The write goes to a fresh blob instead; reads of the incoming
+        gradient before it keep their name.
+        """
+        outputs = set(self.op_outputs[idx])
+        out = list(g_input)
+        for n in dict.fromkeys(g for g in g_output if isinstance(g, str)):
+            if not (self._owners.get(n, set()) - outputs):
+                continue
+            first = next((i for i, gop in enumerate(ops) if n in gop.output), None)
+            if first is None:
+                continue
+            new = f"_{n}_{self.op_types[idx].lower()}{idx + self.offset}"
+            for pos, gop in enumerate(ops[first:]):
+                if pos:
+                    for j, name in enumerate(gop.input[:]):
+                        if name == n:
+                            rename_input(gop, j, new)
+                for j, name in enumerate(gop.output[:]):
+                    if name == n:
+                        rename_output(gop, j, new, ops)
+            out = [new if g == n else g for g in out]
+        return out
 
     def _build_generators(
         self,
@@ -783,6 +830,7 @@ class BackwardPass:
                 sum_op, dense_grad = self._dense_sum(name, gens)
                 grad_ops.append(sum_op)
                 input_to_grad[name] = dense_grad
+                self._owners.setdefault(dense_grad, set()).add(name)
             else:
                 concat_ops, sparse_grad = self._sparse_concat(name, gens)
                 grad_ops.extend(concat_ops)
@@ -922,52 +970,6 @@ class BackwardPass:
         if not only_tag and gens[0].device is not None:
             op.device_option.CopyFrom(gens[0].device)
         op.device_option.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
-
-
-def _with_implicit_inputs(op: OperatorDef) -> OperatorDef:
-    """``op`` with the outputs it may leave unchanged added to its inputs (issue 7, A).
-
-    An ``If`` output that one branch does not write (or every output, without ``else_net``)
-    and a ``While`` output (the loop may run zero times) keeps its old value on some runs:
-    the op reads it. Caffe2's ``add_if_op`` does not list such outputs as inputs, so its
-    SSA misses that read and the old value gets no gradient. The backward pass works on a
-    copy with those names appended to the inputs; the forward net is not changed.
-    """
-    written: list[set[str]] = []
-    if op.type == "If":
-        for name in ("then_net", "else_net"):
-            arg = next((a for a in op.arg if a.name == name and a.HasField("n")), None)
-            written.append({o for inner in arg.n.op for o in inner.output} if arg else set())
-    inputs = set(op.input)
-    implicit = [
-        o
-        for o in dict.fromkeys(op.output)
-        if o not in inputs and not (written and all(o in w for w in written))
-    ]
-    if not implicit:
-        return op
-    copy = OperatorDef()
-    copy.CopyFrom(op)
-    copy.input.extend(implicit)
-    return copy
-
-
-def written_before_read(ops: Sequence[OperatorDef]) -> set[str]:
-    """Names whose first appearance in ``ops`` is a write (If/While implicit reads included).
-
-    A value fed under such a name never reaches an op, so it has no gradient.
-    """
-    seen: set[str] = set()
-    first_written: set[str] = set()
-    for op in ops:
-        if op.type in ("If", "While"):
-            op = _with_implicit_inputs(op)
-        seen.update(op.input)
-        for name in op.output:
-            if name not in seen:
-                first_written.add(name)
-                seen.add(name)
-    return first_written
 
 
 def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:

@@ -736,7 +736,7 @@ def verify_net(
         ops = list(gen.grad_ops)
     # A fed blob the net overwrites before reading it has no gradient, whatever the map
     # says of the blob's later versions.
-    from core.ir.backward import written_before_read
+    from core.ir.dataflow import written_before_read
 
     overwritten = written_before_read(net.op)
     checked_map = {b: g for b, g in gen.grad_map.items() if b not in overwritten}
