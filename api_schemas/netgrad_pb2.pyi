@@ -1,4 +1,5 @@
 from api_schemas import caffe2_pb2 as _caffe2_pb2
+from google.protobuf import descriptor_pb2 as _descriptor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -6,6 +7,24 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+JSON_FIELD_NUMBER: _ClassVar[int]
+json: _descriptor.FieldDescriptor
+JSON_BARE_ONEOF_FIELD_NUMBER: _ClassVar[int]
+json_bare_oneof: _descriptor.FieldDescriptor
+
+class JsonField(_message.Message):
+    __slots__ = ("required", "object", "or_keys", "inline", "omit_unset")
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    OR_KEYS_FIELD_NUMBER: _ClassVar[int]
+    INLINE_FIELD_NUMBER: _ClassVar[int]
+    OMIT_UNSET_FIELD_NUMBER: _ClassVar[int]
+    required: bool
+    object: bool
+    or_keys: bool
+    inline: bool
+    omit_unset: bool
+    def __init__(self, required: _Optional[bool] = ..., object: _Optional[bool] = ..., or_keys: _Optional[bool] = ..., inline: _Optional[bool] = ..., omit_unset: _Optional[bool] = ...) -> None: ...
 
 class GradientSlice(_message.Message):
     __slots__ = ("indices", "values")
@@ -266,3 +285,61 @@ class RunResponse(_message.Message):
     grad_map: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
     def __init__(self, outputs: _Optional[_Iterable[_Union[BlobValue, _Mapping]]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
+
+class ProblemItem(_message.Message):
+    __slots__ = ("code", "message", "op_index", "op_type", "path", "blobs")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BLOBS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    op_index: int
+    op_type: str
+    path: str
+    blobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., op_index: _Optional[int] = ..., op_type: _Optional[str] = ..., path: _Optional[str] = ..., blobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Problem(_message.Message):
+    __slots__ = ("type", "title", "status", "detail", "errors")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: _containers.RepeatedCompositeFieldContainer[ProblemItem]
+    def __init__(self, type: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[int] = ..., detail: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[ProblemItem, _Mapping]]] = ...) -> None: ...
+
+class OperatorInfo(_message.Message):
+    __slots__ = ("type", "gradient", "has_kernel", "doc")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
+    HAS_KERNEL_FIELD_NUMBER: _ClassVar[int]
+    DOC_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    gradient: str
+    has_kernel: bool
+    doc: str
+    def __init__(self, type: _Optional[str] = ..., gradient: _Optional[str] = ..., has_kernel: _Optional[bool] = ..., doc: _Optional[str] = ...) -> None: ...
+
+class OperatorList(_message.Message):
+    __slots__ = ("operators",)
+    OPERATORS_FIELD_NUMBER: _ClassVar[int]
+    operators: _containers.RepeatedCompositeFieldContainer[OperatorInfo]
+    def __init__(self, operators: _Optional[_Iterable[_Union[OperatorInfo, _Mapping]]] = ...) -> None: ...
+
+class Health(_message.Message):
+    __slots__ = ("status", "version", "workers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    version: str
+    workers: int
+    def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...

@@ -6,7 +6,7 @@ op with its index, type and sub-net path), so a client fixes a request in one ro
 Status codes:
 
 * 400 - :class:`~core.errors.DecodeError`, :class:`~core.errors.InvalidRequestError`, a body
-  that does not match the request model (unknown field, wrong type);
+  that does not match the request message (unknown field, wrong type);
 * 406 / 413 / 415 - not acceptable, body too large, unsupported media type;
 * 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count); 422 for the
   other limits (nesting depth, tensor elements, iterations);
@@ -25,13 +25,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api_schemas import netgrad_pb2
+from app.api import jsonmap
 from core.errors import (
     BusyError,
     DecodeError,
@@ -99,74 +101,67 @@ def status_for(exc: NetgradError) -> int:
     return 400
 
 
-def diagnostic_json(d: Diagnostic) -> dict[str, Any]:
-    """JSON form of a diagnostic."""
-    return {
-        "severity": d.severity,
-        "code": d.code,
-        "message": d.message,
-        "op_index": d.op_index,
-        "op_type": d.op_type,
-        "path": d.path,
-        "blobs": list(d.blobs),
-    }
-
-
-def problem_item(d: Diagnostic) -> dict[str, Any]:
-    """One ``errors`` entry of a problem document (a diagnostic without its severity)."""
-    item = diagnostic_json(d)
-    del item["severity"]
-    return item
-
-
 def problem_response(
-    status: int, code: str, detail: str, problems: Sequence[Diagnostic]
+    status: int, code: str, detail: str, problems: Sequence[Diagnostic], close: bool = False
 ) -> Response:
-    """An ``application/problem+json`` response (always JSON, whatever ``Accept`` said)."""
-    body = {
-        "type": f"urn:netgrad:problem:{code}",
-        "title": _TITLES.get(status, "Error"),
-        "status": status,
-        "detail": detail,
-        "errors": [problem_item(p) for p in problems or [Diagnostic("error", code, detail)]],
-    }
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return Response(data, status_code=status, media_type=PROBLEM_JSON)
+    """An ``application/problem+json`` response (always JSON, whatever ``Accept`` said).
+
+    The document is a ``netgrad.v1.Problem`` in its JSON form; ``close`` asks the client to
+    close the connection (the rest of the request body was not read).
+    """
+    items = [
+        netgrad_pb2.ProblemItem(code=p.code, message=_text(p.message), op_index=p.op_index,
+                                op_type=_opt_text(p.op_type), path=_opt_text(p.path),
+                                blobs=[_text(b) for b in p.blobs])
+        for p in problems or [Diagnostic("error", code, detail)]
+    ]
+    doc = netgrad_pb2.Problem(type=f"urn:netgrad:problem:{code}",
+                              title=_TITLES.get(status, "Error"), status=status,
+                              detail=_text(detail), errors=items)
+    data = json.dumps(jsonmap.encode(doc), ensure_ascii=False, separators=(",", ":"))
+    headers = {"Connection": "close"} if close else None
+    return Response(data.encode("utf-8"), status_code=status, media_type=PROBLEM_JSON,
+                    headers=headers)
 
 
-def validation_problems(errors: Sequence[Any]) -> list[Diagnostic]:
-    """One diagnostic per pydantic validation error (``unknown_field`` or ``invalid_field``)."""
-    out = []
-    for e in errors:
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-        kind = str(e.get("type", "invalid"))
-        msg = str(e.get("msg", "invalid value"))
-        where = ".".join(loc)
-        code = "unknown_field" if kind == "extra_forbidden" else "invalid_field"
-        out.append(Diagnostic("error", code, f"{where}: {msg}" if where else msg, path=where))
-    return out
+def _text(s: str) -> str:
+    """``s`` as valid UTF-8: a problem may quote what the client sent (e.g. a JSON key holding
+    a lone surrogate), which is then escaped rather than allowed to fail the answer."""
+    if s.isascii():
+        return s
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def validation_error(errors: Sequence[Any], status: int = 400) -> Response:
-    """Problem for pydantic validation errors (unknown fields, wrong types, missing fields)."""
-    problems = validation_problems(errors)
-    detail = "; ".join(p.message for p in problems) or "invalid request body"
-    return problem_response(status, "invalid_request", detail, problems)
+def _opt_text(s: str | None) -> str | None:
+    return None if s is None else _text(s)
+
+
+def _closing(request: Request) -> bool:
+    return bool(getattr(request.state, "close_connection", False))
 
 
 def install_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
-    async def on_netgrad(_: Request, exc: Exception) -> Response:
+    async def on_netgrad(request: Request, exc: Exception) -> Response:
         exc = cast(NetgradError, exc)
-        return problem_response(status_for(exc), exc.code, exc.message, exc.problems)
+        return problem_response(status_for(exc), exc.code, exc.message, exc.problems,
+                                close=_closing(request))
 
-    async def on_problem(_: Request, exc: Exception) -> Response:
+    async def on_problem(request: Request, exc: Exception) -> Response:
         exc = cast(ProblemError, exc)
-        return problem_response(exc.status, exc.code, exc.detail, exc.problems)
+        return problem_response(exc.status, exc.code, exc.detail, exc.problems,
+                                close=_closing(request))
 
     async def on_validation(_: Request, exc: Exception) -> Response:
-        return validation_error(cast(RequestValidationError, exc).errors(), status=422)
+        problems = []
+        for e in cast(RequestValidationError, exc).errors():
+            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+            msg = str(e.get("msg", "invalid value"))
+            problems.append(Diagnostic("error", "invalid_field",
+                                       f"{where}: {msg}" if where else msg, path=where or None))
+        detail = "; ".join(p.message for p in problems) or "invalid request"
+        return problem_response(422, "invalid_request", detail, problems)
 
     async def on_http(_: Request, exc: Exception) -> Response:
         exc = cast(StarletteHTTPException, exc)

@@ -5,6 +5,7 @@ Run with ``netgrad serve`` or ``uvicorn --factory app.main:create_app``.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,8 +15,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
-from api_schemas import models
 from app import __version__
+from app.api import docs
 from app.api.routes import gradients, health, operators, run, verify
 from app.errors import install_handlers
 from app.settings import Settings, get_settings
@@ -29,7 +30,10 @@ service, control flow (`Do`, `If`, `While`) included, plus numeric verification 
 
 **Bodies.** JSON (`application/json`) or binary protobuf (`application/protobuf`,
 `application/x-protobuf`), chosen by `Content-Type`; answers follow `Accept` (JSON by default).
-Binary bodies are the `netgrad.v1` messages of `api_schemas/netgrad.proto`.
+`api_schemas/netgrad.proto` defines both: binary bodies are its `netgrad.v1` messages, JSON
+bodies their JSON form (stated at the top of that file), and the schemas below are generated
+from it, each field described by its comment there. netgrad fields are typed strictly
+(integers are JSON numbers); every offending field of a body is named with its path.
 
 **Caffe2 messages in JSON** use protobuf's JSON mapping with proto field names
 (lowerCamelCase accepted on input), with one deviation: **`Argument.s` and
@@ -72,6 +76,23 @@ def _start_pool(settings: Settings) -> Any:
     )
 
 
+_frozen = False
+
+
+def _freeze_startup_objects() -> None:
+    """Move everything alive at the first start-up out of the garbage collector's sight.
+
+    The modules, classes and tables loaded at start-up live as long as the process; without
+    this every full collection (one every few dozen requests) walks them all again, which
+    cost small requests about 15 % of their server time. Done once per process.
+    """
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is not None:
         return app.openapi_schema
@@ -79,9 +100,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         title=app.title, version=app.version, description=app.description, routes=app.routes
     )
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in models.API_MODELS:
-        comps.update(models.openapi_schema(model))
-    comps.update(models.caffe2_json_schemas())
+    comps.update(docs.component_schemas())
     app.openapi_schema = dict(schema)
     return app.openapi_schema
 
@@ -97,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = _start_pool(app.dependency_overrides.get(get_settings, get_settings)())
         app.state.pool = pool
+        _freeze_startup_objects()
         try:
             yield
         finally:

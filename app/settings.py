@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+# pydantic stays for the settings only (FastAPI depends on it anyway): pydantic-settings reads
+# and validates the NETGRAD_* environment variables. It defines no part of the wire format:
+# requests and answers are defined once, in api_schemas/netgrad.proto.
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 

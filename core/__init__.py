@@ -4,8 +4,8 @@ Nothing in this package imports FastAPI; ``app/`` is the only HTTP layer.
 """
 
 try:  # upb caps nesting at 100 message levels, below what 64 levels of Do/If/While need.
-    # Lift it for the process; client bytes are depth-checked before parsing instead
-    # (core.proto.codec.wire_depth).
+    # Lift it for the process; client bytes are depth-checked instead (core.proto.limits,
+    # core.proto.twin), against the configurable sub-net depth limit.
     from google._upb import _message as _upb_message
 
     _upb_message.SetAllowOversizeProtos(True)

@@ -1,14 +1,25 @@
 """OpenAPI helpers: request-body documentation for JSON + protobuf and worked examples.
 
-The routes read their bodies themselves (JSON or binary protobuf), so the request schemas and
-the examples that "Try it out" in ``/docs`` sends are declared here.
+The routes read their bodies themselves (JSON or binary protobuf), so each route declares
+its request and answer here, by the name of its ``netgrad.v1`` message: the schemas
+themselves are generated from ``api_schemas/netgrad.proto`` into ``api_schemas/openapi_schemas.py``
+(:func:`component_schemas`). The worked examples below are what "Try it out" in ``/docs``
+sends; ``tests/api/test_openapi_schemas.py`` decodes each through the schema.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from api_schemas.models import SCHEMA_PREFIX
+from api_schemas.openapi_schemas import SCHEMAS
+
+SCHEMA_PREFIX = "#/components/schemas/"
+
+
+def component_schemas() -> dict[str, dict[str, Any]]:
+    """The generated OpenAPI component schemas of every API message (a fresh copy)."""
+    return copy.deepcopy(SCHEMAS)
 
 #: control-flow-cases §2 (Caffe2 ``do_op_test.test_operator``): Add inside Do, workspace W.
 DO_OP: dict[str, Any] = {

@@ -6,19 +6,20 @@ Responses: ``Accept`` picks JSON (the default, also for ``*/*`` or no header) or
 protobuf; an ``Accept`` that allows neither is 406. Errors are always
 ``application/problem+json``.
 
-The body is read in chunks and refused with 413 as soon as it passes ``max_body_bytes``; a
-``Content-Length`` above the limit is refused before reading anything.
+The body is read in chunks (:func:`read_body`) and refused as soon as it passes
+``max_body_bytes`` (413), or shows bytes that cannot be decoded (400); a ``Content-Length``
+above the limit is refused before reading anything. Either way the rest is not read.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import Response
 
 from app.errors import ProblemError
 from core.errors import DecodeError, LimitExceededError
@@ -40,16 +41,19 @@ class Body:
     """A request body with its decoded media type and the negotiated response type.
 
     Attributes:
-        data: the raw bytes (at most ``max_body_bytes``).
+        data: the raw bytes of a binary body (at most ``max_body_bytes``).
         media: encoding of ``data``.
         accept: encoding of the response.
         accept_type: the exact response Content-Type (echoes ``application/x-protobuf``).
+        text: a JSON body, decoded from UTF-8 (its ``data`` is then empty); ``None`` for a
+            binary body.
     """
 
     data: bytes
     media: Media
     accept: Media
     accept_type: str
+    text: str | None = None
 
 
 def _media_type(header: str) -> str:
@@ -132,28 +136,150 @@ def response_media(accept: str | None) -> tuple[Media, str]:
     return best[2], best[3]
 
 
-async def read_limited(request: Request, limit: int) -> bytes:
-    """Read the body, refusing (413) a declared or actual length above ``limit`` bytes.
+async def read_body(
+    request: Request, limit: int, media: Media, message: Any = None
+) -> tuple[bytes, str | None]:
+    """Read the body as it streams in: ``(bytes, None)`` for binary bodies, ``(b"", text)``
+    for JSON ones (decoded from UTF-8 chunk by chunk; the bytes are not kept).
+
+    Refuses as soon as the part read so far shows the body cannot be served: a declared or
+    actual length above ``limit`` bytes (413), JSON bytes that are not UTF-8, binary bytes
+    that do not start like a protobuf message, or whose first chunk cuts a string field
+    whose start is not UTF-8 (400; ``message`` is the descriptor of the request message).
+    The rest of such a body is not read:
+    the answer asks to close the connection (``request.state.close_connection``), so a
+    64 MiB hostile body costs the server one chunk, not 64 MiB of parsing.
 
     Raises:
         LimitExceededError: code ``body_too_large``.
+        DecodeError: code ``invalid_utf8`` (JSON) or ``decode_error`` (binary).
     """
     declared = request.headers.get("content-length")
+    size: int | None = None
     if declared is not None:
         try:
             size = int(declared)
         except ValueError as exc:
             raise DecodeError(f"invalid Content-Length header {declared!r}") from exc
         if size > limit:
+            request.state.close_connection = True
             raise _too_large(limit, f"Content-Length {size}")
+    decoder = codecs.getincrementaldecoder("utf-8")() if media is Media.JSON else None
     chunks: list[bytes] = []
+    texts: list[str] = []
     total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit, f"more than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        async for chunk in request.stream():
+            if not chunk:
+                continue
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(limit, f"more than {limit} bytes")
+            if decoder is None and not chunks:
+                _check_binary_start(chunk, size)
+                if message is not None and size is not None and size > len(chunk):
+                    _check_cut_string(chunk, message)
+            if decoder is None:
+                chunks.append(chunk)
+                continue
+            try:
+                texts.append(decoder.decode(chunk))
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(total - len(chunk) + exc.start, exc.reason) from exc
+        if decoder is not None:
+            try:
+                texts.append(decoder.decode(b"", final=True))
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(total, exc.reason) from exc
+    except (LimitExceededError, DecodeError):
+        if size is None or total < size:  # unread bytes left: do not read them
+            request.state.close_connection = True
+        raise
+    if decoder is not None:
+        return b"", "".join(texts)
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), None
+
+
+def _not_utf8(position: int, reason: str) -> DecodeError:
+    return DecodeError.at(
+        f"JSON body is not valid UTF-8 (byte {position}: {reason}); names must be UTF-8 text",
+        code="invalid_utf8",
+    )
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """``(value, next position)``, or ``None`` when ``data`` ends inside the varint."""
+    value = shift = 0
+    while pos < len(data):
+        b = data[pos]
+        value |= (b & 0x7F) << shift
+        pos += 1
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift >= 70:
+            raise DecodeError("invalid binary protobuf body: malformed varint at the start")
+    return None
+
+
+def _check_binary_start(chunk: bytes, size: int | None) -> None:
+    """Refuse a binary body whose first field no protobuf parser would accept.
+
+    Only what is certain from the first bytes: a malformed tag, field number 0 or above
+    2^29 - 1, wire type 6 or 7, or a first length-delimited field longer than the body.
+    """
+    tag = _varint(chunk, 0)
+    if tag is None:
+        return
+    value, pos = tag
+    number, wire = value >> 3, value & 7
+    if number == 0 or number >= 1 << 29 or wire in (6, 7):
+        raise DecodeError(f"invalid binary protobuf body: field {number}, wire type {wire} "
+                          "at the start")
+    if wire == 2 and size is not None:
+        length = _varint(chunk, pos)
+        if length is not None and length[1] + length[0] > size:
+            raise DecodeError("invalid binary protobuf body: the first field is longer than "
+                              "the body (truncated)")
+
+
+def _check_cut_string(chunk: bytes, desc: Any) -> None:
+    """Refuse a first chunk that cuts a string field whose bytes so far are not UTF-8.
+
+    Follows the field that runs past the end of the chunk, level by level (complete fields
+    are checked once the message is parsed); gives up after a few hundred fields.
+    """
+    data, path, pos = chunk, desc.name, 0
+    for _ in range(256):
+        tag = _varint(data, pos)
+        if tag is None:
+            return
+        number, wire = tag[0] >> 3, tag[0] & 7
+        pos = tag[1]
+        if wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            continue
+        head = _varint(data, pos) if wire in (0, 2) else None
+        if head is None:
+            return
+        pos = head[1]
+        if wire == 0:
+            continue
+        if pos + head[0] <= len(data):  # complete: checked once parsed
+            pos += head[0]
+            continue
+        field = desc.fields_by_number.get(number)
+        if field is None:
+            return
+        path += f".{field.name}"
+        if field.message_type is None:
+            if field.type == field.TYPE_STRING:
+                try:
+                    codecs.getincrementaldecoder("utf-8")().decode(data[pos:])
+                except UnicodeDecodeError as exc:
+                    raise DecodeError(f"{path} holds bytes that are not valid UTF-8") from exc
+            return
+        desc, data, pos = field.message_type, data[pos:], 0
 
 
 def _too_large(limit: int, what: str) -> LimitExceededError:
@@ -163,38 +289,11 @@ def _too_large(limit: int, what: str) -> LimitExceededError:
     )
 
 
-def parse_json(data: bytes) -> Any:
-    """Decode a UTF-8 JSON body.
-
-    Raises:
-        DecodeError: the bytes are not UTF-8 or not JSON.
-        LimitExceededError: the JSON nests deeper than the parser can follow.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError.at(
-            f"JSON body is not valid UTF-8 (byte {exc.start}: {exc.reason}); names must be "
-            "UTF-8 text",
-            code="invalid_utf8",
-        ) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DecodeError.at(f"body is not valid JSON: {exc}", code="invalid_json") from exc
-    except RecursionError as exc:
-        raise LimitExceededError.at(
-            "JSON body is nested too deeply to parse", code="nesting_too_deep"
-        ) from exc
-
-
 def json_bytes(obj: Any) -> bytes:
-    """Compact, deterministic UTF-8 JSON (dict insertion order is kept)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    """Compact, deterministic UTF-8 JSON (dict insertion order is kept).
 
-
-def respond(body: Body, json_obj: Any, proto_bytes: bytes | None) -> Response:
-    """Answer in the negotiated encoding: ``json_obj`` as JSON or ``proto_bytes`` as protobuf."""
-    if body.accept is Media.PROTOBUF and proto_bytes is not None:
-        return Response(proto_bytes, media_type=body.accept_type)
-    return Response(json_bytes(json_obj), media_type=Media.JSON.value)
+    ``obj`` is built from messages: it may share dicts but never holds a cycle, so the
+    encoder's cycle check is skipped.
+    """
+    return json.dumps(obj, ensure_ascii=False, check_circular=False, separators=(",", ":"),
+                      allow_nan=False).encode()

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.wire import RunCall
+from api_schemas import netgrad_pb2
+from app.api import wire
 from app.errors import ProblemError
 from core.executor.jobs import RunResult, run_net
 from core.ir.env import GenLimits
 
 
-def run_in_pool(req: RunCall, pool: Any, max_fetch_elements: int, limits: GenLimits) -> RunResult:
-    """Run ``req`` (forward net, plus gradient ops when ``req.ys``) in a worker process.
+def run_in_pool(
+    req: netgrad_pb2.RunRequest, pool: Any, max_fetch_elements: int, limits: GenLimits
+) -> RunResult:
+    """Run ``req.net`` (plus gradient ops when ``req.ys`` is not empty) in a worker process.
 
     Raises:
         ProblemError: 503 when no worker pool runs.
@@ -33,9 +36,9 @@ def run_in_pool(req: RunCall, pool: Any, max_fetch_elements: int, limits: GenLim
         )
     return run_net(
         req.net,
-        req.inputs,
-        req.fetch,
-        ys=req.ys,
+        wire.input_specs(req.inputs),
+        list(req.fetch),
+        ys=wire.ys_value(req.ys) if len(req.ys) else None,
         skip=req.skip,
         recompute=req.recompute,
         pool=pool,

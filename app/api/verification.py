@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from api_schemas import caffe2_pb2
-from app.api.wire import NetRequest
-from app.api.wire import json_float as _num
-from app.errors import ProblemError, diagnostic_json
+from api_schemas import caffe2_pb2, netgrad_pb2
+from app.api.wire import Ys, report_pb
+from app.errors import ProblemError
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, verify_net
 
@@ -23,25 +22,34 @@ class Checked:
     """A verification outcome ready for the response.
 
     Attributes:
-        report: JSON form of the report (see ``VerifyReportModel``).
+        report: the report message (its diagnostics: the check's own, then the verdict).
         grad_ops: the gradient ops that were checked.
         grad_map: blob -> gradient from generation.
         diagnostics: every diagnostic of the verification, then a one-line verdict.
     """
 
-    report: dict[str, Any]
+    report: netgrad_pb2.VerifyReport
     grad_ops: list[caffe2_pb2.OperatorDef]
     grad_map: dict[str, GradValue]
     diagnostics: list[Diagnostic]
 
 
 def run_verification(
-    req: NetRequest, pool: Any, known: Sequence[Diagnostic] = ()
+    net: caffe2_pb2.NetDef,
+    ys: Ys,
+    skip: int,
+    options: VerifyOptions,
+    grad_ops: Sequence[caffe2_pb2.OperatorDef] | None,
+    recompute: bool,
+    pool: Any,
+    known: Sequence[Diagnostic] = (),
 ) -> Checked:
-    """Check the gradient of ``req.net`` numerically in a worker process.
+    """Check the gradient of ``net`` numerically in a worker process.
 
     Args:
-        req: the decoded request (``req.verify`` = options, ``req.grad_ops`` = override).
+        net, ys, skip, recompute: as for gradient generation.
+        options: inputs, mode, tolerances...
+        grad_ops: gradient ops to check instead of generated ones (``None`` = generate).
         pool: the worker pool of the app, or ``None``.
         known: diagnostics the caller already reports (left out of the report's own list).
 
@@ -56,19 +64,12 @@ def run_verification(
             "numeric verification runs in worker processes; start the service with "
             "NETGRAD_WORKERS >= 1",
         )
-    options = req.verify if req.verify is not None else VerifyOptions()
     res = verify_net(
-        req.net,
-        req.ys,
-        options,
-        skip=req.skip,
-        grad_ops=req.grad_ops,
-        pool=pool,
-        recompute=req.recompute,
+        net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)
-    report = report_json(res.report, [*own, verdict])
+    report = report_pb(res.report, [*own, verdict])
     return Checked(report, list(res.grad_ops), dict(res.grad_map), [*res.diagnostics, verdict])
 
 
@@ -85,31 +86,3 @@ def _verdict(report: VerifyReport) -> Diagnostic:
         f"numeric check ({report.mode}) failed for {', '.join(failed)}",
         blobs=tuple(failed),
     )
-
-
-def report_json(report: VerifyReport, diagnostics: Sequence[Diagnostic]) -> dict[str, Any]:
-    """JSON form of a :class:`core.verify.VerifyReport`."""
-    return {
-        "passed": report.passed,
-        "mode": report.mode,
-        "step": _num(report.step),
-        "atol": _num(report.atol),
-        "rtol": _num(report.rtol),
-        "blobs": [
-            {
-                "blob": b.blob,
-                "passed": b.passed,
-                "max_abs_error": _num(b.max_abs_error),
-                "max_rel_error": _num(b.max_rel_error),
-                "worst_index": [int(i) for i in (b.worst_index or ())],
-                "analytic": _num(b.analytic),
-                "numeric": _num(b.numeric),
-                "gradient": b.gradient,
-                "checked": b.checked,
-                "nondifferentiable": b.nondifferentiable,
-                "note": b.note or None,
-            }
-            for b in report.blobs
-        ],
-        "diagnostics": [diagnostic_json(d) for d in diagnostics],
-    }

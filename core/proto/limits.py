@@ -7,17 +7,22 @@ configured limit *before* generating gradients, with an error naming the sub-net
 op of a single-op request, treated as ``op[0]``) is depth 0, a net in one of its arguments is
 depth 1, and so on (the same convention as :class:`core.ir.env.GenEnv`).
 
-The decoders have caps of their own: :mod:`core.proto.codec` admits
-:data:`core.proto.codec.MAX_MESSAGE_DEPTH` nested messages (upb's default of 100 is lifted
-in ``core/__init__``), each sub-net level costs three (NetDef -> OperatorDef -> Argument),
-and Python's JSON parser follows about 1000 nested containers, about six per level.
-:data:`DECODER_MAX_DEPTH` is the deepest nesting that always decodes;
+The decoders have caps of their own: upb follows 65 535 nested messages (its oversize
+limit, set in ``core``; :mod:`core.proto.stack` gives it the stack for that), each sub-net
+level costs three (NetDef -> OperatorDef -> Argument), and Python's JSON parser follows
+about 5 000 nested containers (``core.proto.codec`` raises the recursion limit), about six
+per level. :data:`DECODER_MAX_DEPTH` is the deepest nesting that always decodes;
 :func:`effective_max_depth` caps the configured limit with it, so a too-deep request is
 reported with its path instead of an anonymous decoder failure.
+
+The walks run only when a net may hold sub-nets at all: the checking twin of the binary
+message says so without a walk (:mod:`core.proto.twin`), and JSON text without an ``"n"`` or
+``"nets"`` key cannot hold any.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -25,8 +30,8 @@ from api_schemas import caffe2_pb2
 from core.errors import LimitExceededError
 
 #: Deepest sub-net nesting that every decoder accepts with room to spare: JSON costs about
-#: six containers per level against Python's default limit of 1000 (binary protobuf would
-#: allow ~330 levels under MAX_MESSAGE_DEPTH).
+#: six containers per level (the reference JSON parser follows 1 000 messages, binary
+#: protobuf 65 535).
 DECODER_MAX_DEPTH = 150
 
 _NET_ARG_FIELDS = ("n", "nets")
@@ -163,7 +168,11 @@ _ARG_NETS = 9
 
 
 class WireTruncated(Exception):
-    """The wire bytes end early; the real decoder will report it."""
+    """The wire bytes end early (or the walk's budget ran out); no verdict."""
+
+
+#: Fields the wire walk of the running :func:`check_wire_depth` may still visit (per thread).
+_budget = threading.local()
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -184,7 +193,12 @@ def wire_fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, i
 
     Yield ``(field_number, wire_type, value_start, value_end)``; varints give value in start."""
     pos = start
+    left: list[int] | None = getattr(_budget, "left", None)
     while pos < end:
+        if left is not None:
+            left[0] -= 1
+            if left[0] < 0:
+                raise WireTruncated
         tag, pos = _varint(data, pos, end)
         number, wtype = tag >> 3, tag & 7
         if wtype == 0:
@@ -244,15 +258,26 @@ def _wire_op_children(
                 k += 1
 
 
-def check_wire_depth(data: bytes, max_depth: int, *, is_op: bool = False) -> None:
+def check_wire_depth(
+    data: bytes, max_depth: int, *, is_op: bool = False, max_fields: int | None = None
+) -> None:
     """Like :func:`check_depth`, on the binary bytes of a NetDef (OperatorDef when ``is_op``).
 
     Used when the protobuf decoder refused a message, to tell a too-deep net (named by its
-    path) from plain corruption. Returns silently when the bytes are malformed or not too deep.
+    path) from plain corruption. Returns silently when the bytes are malformed or not too
+    deep, or when finding out would take visiting more than ``max_fields`` fields.
 
     Raises:
         LimitExceededError: code ``nesting_too_deep`` with the sub-net path.
     """
+    _budget.left = None if max_fields is None else [max_fields]
+    try:
+        _check_wire_depth(data, max_depth, is_op)
+    finally:
+        _budget.left = None
+
+
+def _check_wire_depth(data: bytes, max_depth: int, is_op: bool) -> None:
     def children(node: Any, prefix: str) -> Iterator[tuple[Any, str, int, str]]:
         for s, e, path, idx, typ in _wire_net_children(data, node[0], node[1], prefix):
             yield (s, e), path, idx, typ
@@ -269,15 +294,18 @@ def check_wire_depth(data: bytes, max_depth: int, *, is_op: bool = False) -> Non
         return
 
 
-def wire_submessages(data: bytes, number: int) -> list[bytes]:
-    """Bytes of every length-delimited field ``number`` at the top level of ``data``.
+def wire_submessages(data: bytes, number: int, limit: int | None = None) -> list[bytes]:
+    """Bytes of the length-delimited fields ``number`` at the top level of ``data``.
 
     Lets the service locate the NetDef/OperatorDef inside a netgrad request message without
-    decoding it. Returns what it found before any malformed bytes.
+    decoding it. Returns what it found before any malformed bytes, or before ``limit``
+    top-level fields.
     """
     out: list[bytes] = []
     try:
-        for num, wtype, s, e in wire_fields(data, 0, len(data)):
+        for k, (num, wtype, s, e) in enumerate(wire_fields(data, 0, len(data))):
+            if limit is not None and k >= limit:
+                break
             if num == number and wtype == 2:
                 out.append(data[s:e])
     except WireTruncated:

@@ -75,7 +75,7 @@ def test_openapi_example_runs(pool_client: TestClient) -> None:
         assert r.status_code == 200, r.text
         assert _values(r.json(), "y_grad") == [8.0]
     schemas = spec["components"]["schemas"]
-    assert {"RunRequest", "RunResponse", "TensorValueModel"} <= set(schemas)
+    assert {"RunRequest", "RunResponse", "Tensor"} <= set(schemas)
 
 
 @pytest.mark.parametrize(("x", "z", "y_grad"), [(0.5, 16.0, 8.0), (-0.5, 64.0, 48.0)])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
+from api_schemas import netgrad_pb2
 from app.api import docs, wire
-from app.api.deps import BodyDep, LimitsDep, PoolDep
-from app.api.negotiation import respond
+from app.api.deps import Context, Outcome, serve
+from app.api.negotiation import Body
 from app.api.verification import run_verification
 from core import api
 
@@ -22,11 +23,19 @@ router = APIRouter(prefix="/v1/gradients", tags=["gradients"])
         "OpGradientRequest", {"Do op (Add inside Do)": docs.DO_REQUEST}, "OpGradientRequest"
     ),
 )
-def gradient_of_op(body: BodyDep, limits: LimitsDep) -> Response:
+async def gradient_of_op(request: Request) -> Response:
     """Gradient ops and one input gradient per forward input, for ``{op, g_output}``."""
-    req = wire.op_request(body, limits.max_depth)
-    res = api.gradient_for_op(req.op, req.g_output, limits)
-    return respond(body, *wire.op_response(res.grad_ops, res.g_input, res.diagnostics, body.accept))
+    return await serve(request, _gradient_of_op, netgrad_pb2.OpGradientRequest)
+
+
+def _gradient_of_op(body: Body, ctx: Context) -> Response:
+    req = wire.decode(body, netgrad_pb2.OpGradientRequest, ctx.limits.max_depth)
+    res = api.gradient_for_op(req.op, [wire.grad_value(g) for g in req.g_output], ctx.limits)
+    return wire.respond(body, netgrad_pb2.OpGradientResponse(
+        grad_ops=res.grad_ops,
+        g_input=[wire.gradient_kw(g) for g in res.g_input],
+        diagnostics=[wire.diagnostic_kw(d) for d in res.diagnostics],
+    ))
 
 
 @router.post(
@@ -38,14 +47,32 @@ def gradient_of_op(body: BodyDep, limits: LimitsDep) -> Response:
         "NetGradientRequest", {"FC + Relu + Softmax": docs.NET_REQUEST}, "NetGradientRequest"
     ),
 )
-def gradient_of_net(body: BodyDep, limits: LimitsDep, pool: PoolDep) -> Response:
+async def gradient_of_net(request: Request) -> Response:
     """Gradient ops and a blob -> gradient map for ``{net, ys, skip, return_net, verify?...}``."""
-    req = wire.net_request(body, limits.max_depth)
-    res = api.gradient_for_net(req.net, req.ys, req.skip, req.return_net, limits, req.recompute)
-    report, diagnostics = None, list(res.diagnostics)
-    if req.verify is not None:  # the report covers these ops, seeded with explicit names
-        checked = run_verification(req, pool, known=diagnostics)
-        report = checked.report
-        diagnostics += [d for d in checked.diagnostics if d not in diagnostics]
-    out = wire.net_response(res.grad_ops, res.grad_map, diagnostics, res.net, report, body.accept)
-    return respond(body, *out)
+    return await serve(request, _gradient_of_net, netgrad_pb2.NetGradientRequest)
+
+
+def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
+    req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth)
+    ys = wire.ys_value(req.ys)
+    res = api.gradient_for_net(req.net, ys, req.skip, req.return_net, ctx.limits, req.recompute)
+
+    def answer() -> Response:
+        diagnostics, report = list(res.diagnostics), None
+        if req.HasField("verify"):  # the report covers these ops, seeded with explicit names
+            checked = run_verification(
+                req.net, ys, req.skip, wire.verify_options(req.verify), None, req.recompute,
+                ctx.pool, known=diagnostics,
+            )
+            report = checked.report
+            diagnostics += [d for d in checked.diagnostics if d not in diagnostics]
+        return wire.respond(body, netgrad_pb2.NetGradientResponse(
+            grad_ops=res.grad_ops,
+            grad_map=wire.grad_map_kw(res.grad_map),
+            diagnostics=[wire.diagnostic_kw(d) for d in diagnostics],
+            net=res.net,
+            verify_report=report,
+        ))
+
+    # Verification waits on the worker processes: finish in the thread pool.
+    return answer if req.HasField("verify") else answer()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from api_schemas import netgrad_pb2
 from app import __version__
-from app.api import docs
+from app.api import docs, jsonmap
 from app.api.negotiation import json_bytes
 
 router = APIRouter(tags=["health"])
@@ -22,5 +23,5 @@ async def health(request: Request) -> Response:
     """``{"status": "ok"}`` while the service answers (async: never queued behind jobs)."""
     pool = getattr(request.app.state, "pool", None)
     workers = int(getattr(pool, "size", 0) or 0) if pool is not None else 0
-    body = {"status": "ok", "version": __version__, "workers": workers}
-    return Response(json_bytes(body), media_type="application/json")
+    msg = netgrad_pb2.Health(status="ok", version=__version__, workers=workers)
+    return Response(json_bytes(jsonmap.encode(msg)), media_type="application/json")

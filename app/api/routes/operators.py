@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.api import docs
+from api_schemas import netgrad_pb2
+from app.api import docs, jsonmap
 from app.api.negotiation import json_bytes
 from core import ops, registry
 
@@ -22,15 +23,9 @@ def list_operators() -> Response:
     """Every registered op type, sorted, with gradient status and whether it has a kernel."""
     ops.load_all()
     entries = [registry.REGISTRY[name] for name in registry.known_op_types()]
-    body = {
-        "operators": [
-            {
-                "type": e.op_type,
-                "gradient": e.status.value,
-                "has_kernel": e.kernel is not None,
-                "doc": e.doc,
-            }
-            for e in entries
-        ]
-    }
-    return Response(json_bytes(body), media_type="application/json")
+    msg = netgrad_pb2.OperatorList(operators=[
+        netgrad_pb2.OperatorInfo(type=e.op_type, gradient=e.status.value,
+                                 has_kernel=e.kernel is not None, doc=e.doc)
+        for e in entries
+    ])
+    return Response(json_bytes(jsonmap.encode(msg)), media_type="application/json")

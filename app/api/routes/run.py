@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
+from api_schemas import netgrad_pb2
 from app.api import docs, wire
-from app.api.deps import BodyDep, LimitsDep, PoolDep, SettingsDep
-from app.api.negotiation import respond
+from app.api.deps import Context, serve
+from app.api.negotiation import Body
 from app.api.running import run_in_pool
 
 router = APIRouter(prefix="/v1", tags=["run"])
@@ -19,9 +20,18 @@ router = APIRouter(prefix="/v1", tags=["run"])
     responses=docs.responses("RunResponse", "RunResponse"),
     openapi_extra=docs.request_body("RunRequest", {"If tutorial": docs.RUN_REQUEST}, "RunRequest"),
 )
-def run_net(body: BodyDep, limits: LimitsDep, pool: PoolDep, settings: SettingsDep) -> Response:
+async def run_net(request: Request) -> Response:
     """The fetched blobs (fetch order); with ``ys`` also the gradient ops and grad map."""
-    req = wire.run_request(body, limits.max_depth)
-    res = run_in_pool(req, pool, settings.max_fetch_elements, limits)
-    out = wire.run_response(res.outputs, res.grad_ops, res.grad_map, res.diagnostics, body.accept)
-    return respond(body, *out)
+    return await serve(request, _run, netgrad_pb2.RunRequest, blocking=True)
+
+
+def _run(body: Body, ctx: Context) -> Response:
+    req = wire.decode(body, netgrad_pb2.RunRequest, ctx.limits.max_depth)
+    res = run_in_pool(req, ctx.pool, ctx.settings.max_fetch_elements, ctx.limits)
+    return wire.respond(body, netgrad_pb2.RunResponse(
+        outputs=[netgrad_pb2.BlobValue(blob=b, tensor=wire.tensor_pb(a))
+                 for b, a in res.outputs.items()],
+        grad_ops=res.grad_ops or (),
+        grad_map=wire.grad_map_kw(res.grad_map or {}),
+        diagnostics=[wire.diagnostic_kw(d) for d in res.diagnostics],
+    ))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
+from api_schemas import netgrad_pb2
 from app.api import docs, wire
-from app.api.deps import BodyDep, LimitsDep, PoolDep
-from app.api.negotiation import respond
+from app.api.deps import Context, serve
+from app.api.negotiation import Body
 from app.api.verification import run_verification
 
 router = APIRouter(prefix="/v1", tags=["verify"])
@@ -21,9 +22,20 @@ router = APIRouter(prefix="/v1", tags=["verify"])
         "VerifyRequest", {"FC + Relu + Softmax": docs.VERIFY_REQUEST}, "VerifyRequest"
     ),
 )
-def verify_gradients(body: BodyDep, limits: LimitsDep, pool: PoolDep) -> Response:
+async def verify_gradients(request: Request) -> Response:
     """The report per checked input blob, plus the gradient ops it checked."""
-    req = wire.verify_request(body, limits.max_depth)
-    c = run_verification(req, pool)
-    out = wire.verify_response(c.report, c.grad_ops, c.grad_map, c.diagnostics, body.accept)
-    return respond(body, *out)
+    return await serve(request, _verify, netgrad_pb2.VerifyRequest, blocking=True)
+
+
+def _verify(body: Body, ctx: Context) -> Response:
+    req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth)
+    c = run_verification(
+        req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
+        list(req.grad_ops) or None, req.recompute, ctx.pool,
+    )
+    return wire.respond(body, netgrad_pb2.VerifyResponse(
+        report=c.report,
+        grad_ops=c.grad_ops,
+        grad_map=wire.grad_map_kw(c.grad_map),
+        diagnostics=[wire.diagnostic_kw(d) for d in c.diagnostics],
+    ))

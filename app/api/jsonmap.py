@@ -1,0 +1,396 @@
+"""JSON form of the ``netgrad.v1`` messages, driven by their descriptors and ``(json)`` options.
+
+The rules are stated once, at the top of ``api_schemas/netgrad.proto``; this module applies
+them to any ``netgrad.v1`` message, so no field of a request or answer is written down here.
+Caffe2 messages inside (``op``, ``net``, ``grad_ops``) go through :mod:`core.proto.jsonmap`
+(protobuf's JSON mapping, ``Argument.s``/``strings`` as text).
+
+* :func:`decode` builds a request message from a JSON object: unknown fields, wrong JSON
+  types (no string-to-number coercion) and missing required fields are all reported at
+  once, each with its field path, as one :class:`~core.errors.DecodeError`.
+* :func:`encode` turns an answer message into a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeVar
+
+from google.protobuf import descriptor, message, message_factory
+
+from api_schemas import netgrad_pb2
+from core.errors import DecodeError
+from core.proto import jsonmap as caffe2_json
+from core.types import Diagnostic
+
+M = TypeVar("M", bound=message.Message)
+
+_FD = descriptor.FieldDescriptor
+_INT_RANGES = {
+    _FD.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    _FD.CPPTYPE_UINT32: (0, 2**32 - 1),
+    _FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+    _FD.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
+_FLOATS = (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE)
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_NETGRAD = "netgrad.v1."
+_NO_OPTIONS = netgrad_pb2.JsonField()
+#: Memo of the Caffe2 printer for the answer being encoded (see :func:`encode`).
+_memo: ContextVar[dict[Any, Any] | None] = ContextVar("netgrad_json_memo", default=None)
+
+#: Decodes one Caffe2 message found at a JSON path: ``(obj, message class, path) -> message``.
+Caffe2Reader = Callable[[Any, type[message.Message], str], message.Message]
+
+
+class _Invalid(Exception):
+    """One problem with the value at a path (collected, then reported together)."""
+
+    def __init__(self, code: str, path: str, text: str) -> None:
+        super().__init__(text)
+        self.diagnostic = Diagnostic("error", code, f"{path}: {text}" if path else text,
+                                     path=path or None)
+
+
+def json_options(f: Any) -> Any:
+    """The ``(json)`` options of field ``f`` (all unset when it has none)."""
+    opts = f.GetOptions()
+    return opts.Extensions[netgrad_pb2.json] if opts.HasExtension(netgrad_pb2.json) else (
+        _NO_OPTIONS
+    )
+
+
+def _cls(desc: Any) -> type[message.Message]:
+    return message_factory.GetMessageClass(desc)
+
+
+def _is_caffe2(desc: Any) -> bool:
+    return not desc.full_name.startswith(_NETGRAD)
+
+
+@cache
+def _bare_oneof(desc: Any) -> bool:
+    return bool(desc.GetOptions().Extensions[netgrad_pb2.json_bare_oneof])
+
+
+@dataclass(frozen=True)
+class _Field:
+    field: Any
+    opts: Any
+    inline_in: str | None  # proto name of the inlined message field that holds it
+
+
+@cache
+def _keys(desc: Any) -> dict[str, _Field]:
+    """JSON key (proto name or lowerCamelCase) -> field, inlined messages' fields included."""
+    out: dict[str, _Field] = {}
+    for f in desc.fields:
+        opts = json_options(f)
+        if opts.inline:
+            for sub in f.message_type.fields:
+                entry = _Field(sub, json_options(sub), f.name)
+                out[sub.name] = out[sub.camelcase_name] = entry
+            continue
+        out[f.name] = out[f.camelcase_name] = _Field(f, opts, None)
+    return out
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def decode(obj: Any, cls: type[M], caffe2: Caffe2Reader) -> M:
+    """Build a ``cls`` message from a JSON-decoded request body.
+
+    Args:
+        obj: the decoded JSON value.
+        cls: a ``netgrad.v1`` message class.
+        caffe2: decodes the Caffe2 messages inside (with the caller's depth checks).
+
+    Raises:
+        DecodeError: every unknown field, wrongly typed value and missing required field,
+            each a problem with its path (codes ``unknown_field``, ``invalid_field``).
+        LimitExceededError: from ``caffe2``.
+    """
+    problems: list[Diagnostic] = []
+    kwargs = _message(obj, cls.DESCRIPTOR, "", caffe2, problems)
+    if problems:
+        raise DecodeError(
+            f"request body does not match {cls.DESCRIPTOR.name}: "
+            + "; ".join(p.message for p in problems),
+            problems,
+        )
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # pragma: no cover - values are checked above
+        raise DecodeError(f"request body does not match {cls.DESCRIPTOR.name}: {exc}") from exc
+
+
+def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
+             problems: list[Diagnostic]) -> dict[str, Any]:
+    if type(obj) is not dict:
+        problems.append(_Invalid("invalid_field", path, "must be a JSON object").diagnostic)
+        return {}
+    keys = _keys(desc)
+    kwargs: dict[str, Any] = {}
+    inlined: dict[str, dict[str, Any]] = {}
+    given: set[str] = set()
+    for key, value in obj.items():
+        entry = keys.get(key)
+        here = f"{path}.{key}" if path else key
+        if entry is None:
+            problems.append(_Invalid("unknown_field", here, "unknown field").diagnostic)
+            continue
+        if value is None:
+            continue  # null = unset, as in protobuf's JSON mapping
+        given.add(entry.field.name)
+        try:
+            converted = _value(entry, value, here, caffe2, problems)
+        except _Invalid as bad:
+            problems.append(bad.diagnostic)
+            continue
+        target = kwargs if entry.inline_in is None else inlined.setdefault(entry.inline_in, {})
+        target[entry.field.name] = converted
+    for entry in keys.values():
+        name = entry.field.name
+        if entry.opts.required and name not in given:
+            here = f"{path}.{name}" if path else name
+            problems.append(_Invalid("invalid_field", here, "field required").diagnostic)
+            given.add(name)
+    for name, sub in inlined.items():
+        kwargs[name] = _cls(desc.fields_by_name[name].message_type)(**sub)
+    return kwargs
+
+
+def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
+           problems: list[Diagnostic]) -> Any:
+    f, opts = entry.field, entry.opts
+    if opts.object:
+        return _entries(f, opts, value, path, caffe2, problems)
+    if f.is_repeated:
+        if type(value) is not list:
+            raise _Invalid("invalid_field", path, "must be a JSON array")
+        fast = _scalars(f, value)
+        if fast is not None:
+            return fast
+        return [_single(f, v, f"{path}[{k}]", caffe2, problems) for k, v in enumerate(value)]
+    return _single(f, value, path, caffe2, problems)
+
+
+def _scalars(f: Any, value: list[Any]) -> list[Any] | None:
+    """A list of well-typed scalars checked at C speed (tensor data can be long), or
+    ``None`` to check it element by element (naming the offending one)."""
+    if f.message_type is not None or not value:
+        return None
+    types = set(map(type, value))
+    cpp = f.cpp_type
+    if cpp in _FLOATS and types <= {float, int, bool}:
+        try:
+            return list(map(float, value))
+        except OverflowError:
+            return None
+    if cpp in _INT_RANGES and types == {int}:
+        lo, hi = _INT_RANGES[cpp]
+        return value if lo <= min(value) and max(value) <= hi else None
+    if cpp == _FD.CPPTYPE_STRING and types == {str} and all(map(str.isascii, value)):
+        return value
+    return None
+
+
+def _entries(f: Any, opts: Any, value: Any, path: str, caffe2: Caffe2Reader,
+             problems: list[Diagnostic]) -> list[Any]:
+    """A ``(json).object`` field: {key: value} (or a list of keys) to entry messages."""
+    entry_desc = f.message_type
+    key_field, value_field = entry_desc.fields[0], entry_desc.fields[1]
+    cls = _cls(entry_desc)
+    if opts.or_keys and type(value) is list:
+        out = []
+        for k, key in enumerate(value):
+            _string(key, f"{path}[{k}]")
+            out.append(cls(**{key_field.name: key}))
+        return out
+    if type(value) is not dict:
+        kinds = "a JSON object or a list of names" if opts.or_keys else "a JSON object"
+        raise _Invalid("invalid_field", path, f"must be {kinds}")
+    out = []
+    for key, v in value.items():
+        _string(key, path)
+        kwargs = {key_field.name: key}
+        if v is not None:
+            kwargs[value_field.name] = _single(value_field, v, f"{path}.{key}", caffe2, problems)
+        out.append(cls(**kwargs))
+    return out
+
+
+def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
+            problems: list[Diagnostic]) -> Any:
+    sub = f.message_type
+    if value is None and not (sub is not None and _bare_oneof(sub)):
+        raise _Invalid("invalid_field", path, "must not be null")
+    if sub is not None:
+        if _is_caffe2(sub):
+            return caffe2(value, _cls(sub), path)
+        if _bare_oneof(sub):
+            return _bare(sub, value, path, caffe2, problems)
+        return _cls(sub)(**_message(value, sub, path, caffe2, problems))
+    cpp = f.cpp_type
+    if cpp in _INT_RANGES:
+        if type(value) is not int:
+            raise _Invalid("invalid_field", path, "must be an integer (a JSON number)")
+        lo, hi = _INT_RANGES[cpp]
+        if not lo <= value <= hi:
+            raise _Invalid("invalid_field", path, f"integer out of range [{lo}, {hi}]")
+        return value
+    if cpp in _FLOATS:
+        if type(value) in (int, float, bool):  # bools: tensor data of bool tensors (0/1)
+            try:
+                return float(value)
+            except OverflowError as exc:
+                raise _Invalid("invalid_field", path, "number out of range") from exc
+        if type(value) is str and value in _NON_FINITE:
+            return _NON_FINITE[value]
+        raise _Invalid("invalid_field", path,
+                       'must be a number (or "NaN", "Infinity", "-Infinity")')
+    if cpp == _FD.CPPTYPE_BOOL:
+        if type(value) is not bool:
+            raise _Invalid("invalid_field", path, "must be true or false")
+        return value
+    return _string(value, path)
+
+
+def _string(value: Any, path: str) -> str:
+    if type(value) is not str:
+        raise _Invalid("invalid_field", path, "must be a string")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _Invalid("invalid_utf8", path, f"is not valid UTF-8 ({exc.reason})") from exc
+    return value
+
+
+def _bare(desc: Any, value: Any, path: str, caffe2: Caffe2Reader,
+          problems: list[Diagnostic]) -> Any:
+    """A ``json_bare_oneof`` message: the member whose JSON type matches ``value``."""
+    cls = _cls(desc)
+    if value is None:
+        return cls()
+    for f in desc.fields:
+        is_message = f.message_type is not None
+        if is_message == (type(value) is dict) and (is_message or type(value) is str):
+            return cls(**{f.name: _single(f, value, path, caffe2, problems)})
+    names = " or ".join(f"{f.name} ({'an object' if f.message_type else 'a string'})"
+                        for f in desc.fields)
+    raise _Invalid("invalid_field", path, f"must be null, {names}")
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def _json_float(v: float) -> float | str:
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def _scalar_printer(f: Any) -> Callable[[Any], Any] | None:
+    sub = f.message_type
+    if sub is not None:
+        if _is_caffe2(sub):
+            return lambda m: caffe2_json.to_json(m, _memo.get())
+        return lambda m: _printer(sub)(m)
+    if f.cpp_type in _FLOATS:
+        return _json_float
+    return None
+
+
+_Printer = Callable[[message.Message, dict[str, Any]], None]
+
+
+def _field_printer(f: Any, opts: Any) -> _Printer:
+    name = f.name
+    if opts.inline:
+        sub = _printer(f.message_type)
+
+        def inline(msg: message.Message, out: dict[str, Any]) -> None:
+            out.update(sub(getattr(msg, name)))
+
+        return inline
+    omit = bool(opts.omit_unset)
+    if opts.object:
+        key_name = f.message_type.fields[0].name
+        value_field = f.message_type.fields[1]
+        value_name, conv = value_field.name, _scalar_printer(value_field)
+
+        def entries(msg: message.Message, out: dict[str, Any]) -> None:
+            items = getattr(msg, name)
+            if items or not omit:
+                out[name] = {getattr(e, key_name): (conv(getattr(e, value_name))
+                             if conv is not None and e.HasField(value_name)
+                             else None) for e in items}
+
+        return entries
+    conv = _scalar_printer(f)
+    if f.is_repeated:
+        def repeated(msg: message.Message, out: dict[str, Any]) -> None:
+            items = getattr(msg, name)
+            if items or not omit:
+                out[name] = list(items) if conv is None else [conv(v) for v in items]
+
+        return repeated
+
+    def single(msg: message.Message, out: dict[str, Any]) -> None:
+        if msg.HasField(name):
+            v = getattr(msg, name)
+            out[name] = v if conv is None else conv(v)
+        elif not omit:
+            out[name] = None
+
+    return single
+
+
+@cache
+def _printer(desc: Any) -> Callable[[message.Message], Any]:
+    if _bare_oneof(desc):
+        oneof = desc.oneofs[0].name
+        convs = {f.name: _scalar_printer(f) for f in desc.fields}
+
+        def bare(msg: message.Message) -> Any:
+            member = msg.WhichOneof(oneof)
+            if member is None:
+                return None
+            conv = convs[member]
+            v = getattr(msg, member)
+            return v if conv is None else conv(v)
+
+        return bare
+    printers = [_field_printer(f, json_options(f)) for f in desc.fields]
+
+    def to_dict(msg: message.Message) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in printers:
+            p(msg, out)
+        return out
+
+    return to_dict
+
+
+def encode(msg: message.Message) -> Any:
+    """JSON-ready form of a ``netgrad.v1`` answer message (see the module doc).
+
+    Equal Caffe2 sub-messages that repeat (arguments, device options) share one dict in the
+    result: serialize it, do not modify it.
+
+    Raises:
+        DecodeError: an ``Argument.s``/``strings`` inside holds bytes that are not UTF-8.
+    """
+    token = _memo.set({})
+    try:
+        return _printer(msg.DESCRIPTOR)(msg)
+    finally:
+        _memo.reset(token)

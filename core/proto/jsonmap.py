@@ -1,0 +1,150 @@
+"""JSON form of Caffe2 messages: protobuf's JSON mapping, ``Argument.s``/``strings`` as text.
+
+The mapping is ``google.protobuf.json_format`` (``MessageToDict`` / ``ParseDict``) with proto
+field names on output (lowerCamelCase accepted on input) and one deviation,
+:data:`api_schemas.TEXT_BYTES_FIELDS`: those ``bytes`` fields are UTF-8 text instead of
+base64, because they hold blob names. It is implemented here, once: the text fields are
+turned into base64 before parsing and back after printing. There is deliberately no
+hand-written parser or printer beside protobuf's own (house standard: a well-kept library
+beats our own code, even a slower one).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from google.protobuf import descriptor, json_format, message
+
+from api_schemas import TEXT_BYTES_FIELDS
+from core.errors import DecodeError
+
+M = TypeVar("M", bound=message.Message)
+
+#: Deepest message nesting the reference parser follows (client bytes are depth-checked
+#: before; see ``core.proto.limits``).
+MAX_MESSAGE_DEPTH = 1000
+
+_FD = descriptor.FieldDescriptor
+_INT64 = {_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64}
+_FLOAT_MAX = 3.4028234663852886e38
+_DOUBLE_MAX = 1.7976931348623157e308
+_MISSING = object()
+_INF = math.inf
+_DECIMAL = re.compile(r"-?[0-9]+\Z")
+
+
+class _Fallback(Exception):
+    """The fast path does not handle this value; the reference decides."""
+
+
+def _text(b: bytes, where: str) -> str:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(
+            f"{where} holds bytes that are not UTF-8 and cannot be shown as JSON text; "
+            "ask for application/protobuf instead"
+        ) from exc
+
+
+def to_json(msg: message.Message, memo: Any = None) -> dict[str, Any]:
+    """JSON-ready dict of ``msg`` with proto field names; text fields as UTF-8 text.
+
+    ``memo`` is accepted for callers that share one per answer; it is not needed.
+
+    Raises:
+        DecodeError: a text field holds bytes that are not valid UTF-8.
+    """
+    return reference_to_json(msg)
+
+
+def from_json(
+    obj: Any,
+    cls: type[M],
+    *,
+    owned: bool = False,
+    check_nested: Callable[[Any], None] | None = None,
+) -> M:
+    """Build a ``cls`` message from a JSON-decoded object (proto or lowerCamelCase names).
+
+    Args:
+        obj: the decoded JSON value (left unchanged; ``owned`` is accepted and unused).
+        cls: the message class.
+        check_nested: called with ``obj`` before the message is built when ``obj`` may
+            hold a sub-net (``Argument.n``/``nets``), e.g. to refuse too deep a nesting.
+
+    Raises:
+        DecodeError: not a JSON object, unknown fields, wrong types, values that do not fit.
+        Whatever ``check_nested`` raises.
+    """
+    if check_nested is not None and _may_nest(cls.DESCRIPTOR):
+        check_nested(obj)
+    try:
+        return reference_from_json(obj, cls)
+    except RecursionError as exc:
+        raise DecodeError(f"{cls.DESCRIPTOR.name} is nested too deeply") from exc
+
+
+def _may_nest(desc: Any) -> bool:
+    return desc.full_name in ("caffe2.NetDef", "caffe2.OperatorDef", "caffe2.Argument")
+
+
+def reference_to_json(msg: message.Message) -> dict[str, Any]:
+    """:func:`to_json` by json_format (``MessageToDict``); the definition of the output.
+
+    Raises:
+        DecodeError: a text field holds bytes that are not valid UTF-8.
+    """
+    obj = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return dict(_walk_text_fields(obj, msg.DESCRIPTOR, _b64_to_text))
+
+
+def reference_from_json(obj: Any, cls: type[M]) -> M:
+    """:func:`from_json` by json_format (``ParseDict``); the definition of the input.
+
+    Raises:
+        DecodeError: as for :func:`from_json`.
+    """
+    if not isinstance(obj, dict):
+        raise DecodeError(f"{cls.DESCRIPTOR.name} must be a JSON object")
+    try:
+        work = _walk_text_fields(obj, cls.DESCRIPTOR, _text_to_b64)
+        return json_format.ParseDict(
+            work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
+        )
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+        raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+
+
+def _b64_to_text(value: str, where: str) -> str:
+    return _text(base64.b64decode(value), where)
+
+
+def _text_to_b64(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise DecodeError(f"{where} must be a JSON string (UTF-8 text), got {type(value).__name__}")
+    return base64.b64encode(value.encode("utf-8")).decode("ascii")
+
+
+def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where: str = "") -> Any:
+    """A copy of ``obj`` with ``fix`` applied to every text field (the input is not changed)."""
+    if not isinstance(obj, dict):
+        return obj
+    out = dict(obj)
+    for key, val in obj.items():
+        field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
+        if field is None or val is None:
+            continue
+        here = f"{where}.{field.name}" if where else field.name
+        if (desc.full_name, field.name) in TEXT_BYTES_FIELDS:
+            out[key] = [fix(v, here) for v in val] if isinstance(val, list) else fix(val, here)
+        elif field.message_type is not None:
+            if isinstance(val, list):
+                out[key] = [_walk_text_fields(v, field.message_type, fix, here) for v in val]
+            else:
+                out[key] = _walk_text_fields(val, field.message_type, fix, here)
+    return out

@@ -1,0 +1,228 @@
+"""Issue 10: one schema for both encodings, strict JSON, and cheap refusal of hostile bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from app.api import docs, negotiation
+from app.main import create_app
+from app.settings import Settings
+from bench.bench_http import nested_binary
+from core.errors import DecodeError
+from core.proto import codec
+from tests.api.conftest import TEST_MAX_DEPTH
+from tests.api.helpers import PB, assert_problem, do_request, do_request_pb, still_serving
+from tests.api.live_server import live_server
+
+
+def _paths(body: dict[str, Any]) -> set[str]:
+    return {e["path"] for e in body["errors"]}
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"skip": "0"}, "skip"),
+        ({"skip": 1.5}, "skip"),
+        ({"skip": True}, "skip"),
+        ({"return_net": 1}, "return_net"),
+        ({"recompute": "true"}, "recompute"),
+        ({"ys": "prob"}, "ys"),
+        ({"ys": [1]}, "ys[0]"),
+        ({"ys": {"prob": 3}}, "ys.prob"),
+        ({"verify": {"passes": "3"}}, "verify.passes"),
+        ({"verify": {"tolerances": {"atol": "1e-3"}}}, "verify.tolerances.atol"),
+        ({"verify": {"inputs": [{"blob": "x", "tensor": {"shape": ["2"], "data": []}}]}},
+         "verify.inputs[0].tensor.shape[0]"),
+    ],
+)
+def test_json_types_are_strict_and_problems_name_the_path(
+    client: TestClient, change: dict[str, Any], path: str
+) -> None:
+    body = assert_problem(client.post("/v1/gradients/net", json={**docs.NET_REQUEST, **change}),
+                          400, "decode_error")
+    assert path in _paths(body), body
+
+
+def test_every_problem_of_a_body_is_listed_at_once(client: TestClient) -> None:
+    req = {"op": docs.DO_OP, "g_output": [None, 7], "typo": 1, "other": 2}
+    body = assert_problem(client.post("/v1/gradients/op", json=req), 400, "decode_error")
+    assert {(e["code"], e["path"]) for e in body["errors"]} == {
+        ("invalid_field", "g_output[1]"), ("unknown_field", "typo"), ("unknown_field", "other")}
+
+
+def test_required_fields_in_json_and_binary(client: TestClient) -> None:
+    body = assert_problem(client.post("/v1/gradients/net", json={"net": docs.MLP_NET}), 400)
+    assert _paths(body) == {"ys"}
+    body = assert_problem(client.post("/v1/gradients/op", json={"g_output": []}), 400)
+    assert _paths(body) == {"op"}
+    r = client.post("/v1/gradients/op", content=netgrad_pb2.OpGradientRequest().SerializeToString(),
+                    headers={"Content-Type": PB})
+    assert _paths(assert_problem(r, 400)) == {"op"}
+    req = do_request_pb()
+    req.g_output[0].slice.indices = "i"  # a slice without values
+    r = client.post("/v1/gradients/op", content=req.SerializePartialToString(),
+                    headers={"Content-Type": PB})
+    assert _paths(assert_problem(r, 400)) == {"g_output[0].slice.values"}
+    still_serving(client)
+
+
+def test_null_is_unset_and_lower_camel_case_is_accepted(client: TestClient) -> None:
+    plain = client.post("/v1/gradients/net", json=docs.NET_REQUEST).json()
+    req = {**docs.NET_REQUEST, "skip": None, "verify": None, "returnNet": False}
+    assert client.post("/v1/gradients/net", json=req).json() == plain
+
+
+def test_non_utf8_deep_inside_a_binary_sub_net_is_named(client: TestClient) -> None:
+    req = do_request_pb()
+    inner = req.op.arg[0].n.op[0]
+    inner.output[0] = "Z"
+    data = req.SerializeToString().replace(b"\x12\x01Z", b"\x12\x01\xff")
+    r = client.post("/v1/gradients/op", content=data, headers={"Content-Type": PB})
+    body = assert_problem(r, 400, "decode_error")
+    assert "op.arg[0].n.op[0].output" in body["detail"] and "UTF-8" in body["detail"]
+    still_serving(client)
+
+
+def test_argument_bytes_travel_in_binary_but_not_as_json_text(client: TestClient) -> None:
+    req = netgrad_pb2.OpGradientRequest()
+    req.op.CopyFrom(caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"]))
+    req.op.arg.add(name="blob", s=b"\xff\xfe")
+    req.g_output.add(dense="y_grad")
+    data = req.SerializeToString()
+    r = client.post("/v1/gradients/op", content=data, headers={"Content-Type": PB, "Accept": PB})
+    assert r.status_code == 200, r.text
+    grad = codec.from_binary(r.content, netgrad_pb2.OpGradientResponse).grad_ops[0]
+    assert grad.type == "ReluGradient"
+    r = client.post("/v1/gradients/op", content=data, headers={"Content-Type": PB})
+    assert "application/protobuf" in assert_problem(r, 400)["detail"]
+
+
+def test_a_binary_body_nested_beyond_the_parser_is_refused() -> None:
+    settings = Settings(workers=0, max_depth=TEST_MAX_DEPTH, max_body_bytes=2 * 1024 * 1024)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        data = nested_binary(30_000)  # 90 000 nested messages: beyond upb's 65 535
+        r = client.post("/v1/gradients/net", content=data, headers={"Content-Type": PB})
+        body = assert_problem(r, 422)
+        assert body["errors"][0]["code"] == "nesting_too_deep"
+        assert body["errors"][0]["path"] == "/".join(["op[0]:Do/net"] * (TEST_MAX_DEPTH + 1))
+        still_serving(client)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _chunks(first: bytes, n: int) -> Iterator[bytes]:
+    yield first
+    for _ in range(n):
+        yield b" " * 4096
+
+
+def test_bodies_refused_early_close_the_connection(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content=_chunks(b'{"net": "\xff', 20),
+                    headers={"Content-Type": "application/json"})
+    assert assert_problem(r, 400)["errors"][0]["code"] == "invalid_utf8"
+    assert r.headers["connection"] == "close"
+    r = client.post("/v1/gradients/net", content=_chunks(b"\xff" * 64, 20),
+                    headers={"Content-Type": PB})
+    assert "at the start" in assert_problem(r, 400, "decode_error")["detail"]
+    assert r.headers["connection"] == "close"
+    # A body read to its end is refused without closing the connection.
+    r = client.post("/v1/gradients/net", content=b'{"net": "\xff"}',
+                    headers={"Content-Type": "application/json"})
+    assert_problem(r, 400)
+    assert "connection" not in r.headers
+    still_serving(client)
+
+
+def test_a_first_chunk_cutting_a_bad_string_is_refused() -> None:
+    desc = netgrad_pb2.NetGradientRequest.DESCRIPTOR
+    head = b"\n\x8a\x80\x01\n\x84\x80\x01"  # NetGradientRequest{net{name: <16388 bytes>
+    with pytest.raises(DecodeError, match=r"NetGradientRequest\.net\.name .* UTF-8"):
+        negotiation._check_cut_string(head + b"\xff" * 100, desc)
+    negotiation._check_cut_string(head + "é".encode() * 50 + b"\xc3", desc)  # cut mid-char
+    complete = do_request_pb().SerializeToString()
+    negotiation._check_cut_string(complete, netgrad_pb2.OpGradientRequest.DESCRIPTOR)
+
+
+def test_same_request_same_bytes(client: TestClient) -> None:
+    for content, headers in (
+        (json.dumps(do_request()).encode(), {"Content-Type": "application/json"}),
+        (do_request_pb().SerializeToString(), {"Content-Type": PB, "Accept": PB}),
+    ):
+        first = client.post("/v1/gradients/op", content=content, headers=headers)
+        assert first.status_code == 200
+        assert client.post("/v1/gradients/op", content=content, headers=headers).content == (
+            first.content)
+
+
+def test_large_hostile_bodies_over_a_real_socket() -> None:
+    """The client still reads the problem when the server stops reading the body."""
+    big = 8 * 1024 * 1024
+    with live_server() as url, httpx.Client(base_url=url, timeout=60.0) as c:
+        r = c.post("/v1/gradients/net", content=b'{"net": "' + b"\xff" * big,
+                   headers={"Content-Type": "application/json"})
+        assert assert_problem(r, 400)["errors"][0]["code"] == "invalid_utf8"
+        r = c.post("/v1/gradients/net", content=b"\xff" * big, headers={"Content-Type": PB})
+        assert_problem(r, 400, "decode_error")
+        name = b"\xff" * big  # NetGradientRequest{net{name}}, one 8 MiB name
+        net = b"\x0a" + _varint(len(name)) + name
+        r = c.post("/v1/gradients/net", content=b"\x0a" + _varint(len(net)) + net,
+                   headers={"Content-Type": PB})
+        assert "net.name" in assert_problem(r, 400, "decode_error")["detail"]
+        deep = nested_binary(150)
+        r = c.post("/v1/gradients/net", content=deep, headers={"Content-Type": PB})
+        assert assert_problem(r, 422)["errors"][0]["code"] == "nesting_too_deep"
+        assert c.post("/v1/gradients/op", json=do_request()).status_code == 200
+
+
+def _chain(size: int) -> bytes:
+    """A NetGradientRequest nesting messages as deeply as ``size`` bytes allow."""
+    def build(levels: int) -> bytes:
+        # Outside in: NetDef.op -> OperatorDef.arg -> Argument.n -> NetDef.op ...
+        numbers = [(2, 5, 8)[k % 3] for k in range(levels)]
+        heads: list[bytes] = []
+        length = 0
+        for number in reversed(numbers):  # inside out, from the lengths
+            head = bytes([number << 3 | 2]) + _varint(length)
+            heads.append(head)
+            length += len(head)
+        return bytes([1 << 3 | 2]) + _varint(length) + b"".join(reversed(heads))
+
+    levels = size // 4
+    while len(data := build(levels)) > size:
+        levels -= max(1, (len(data) - size) // 3)
+    return data
+
+
+def test_bodies_parsed_in_place_cannot_exhaust_the_stack() -> None:
+    from core.proto import stack
+
+    for size in (stack.SAFE_BYTES, stack.MAIN_THREAD_SAFE_BYTES, 4 * stack.MAIN_THREAD_SAFE_BYTES):
+        data = _chain(size)
+        assert len(data) <= size
+        try:  # in the main thread; the largest body goes to a deep-stack thread
+            codec.decode_binary(data, netgrad_pb2.NetGradientRequest)
+        except DecodeError as exc:
+            assert "MaxDepth" in exc.message
+
+
+def test_a_key_that_is_not_utf8_is_quoted_safely(client: TestClient) -> None:
+    raw = b'{"op": {"type": "Relu"}, "g_output": [], "\\udc80": 1}'
+    r = client.post("/v1/gradients/op", content=raw, headers={"Content-Type": "application/json"})
+    body = assert_problem(r, 400)
+    assert any(e["code"] == "unknown_field" for e in body["errors"])
+    still_serving(client)
