@@ -1,50 +1,21 @@
 """Engine entry points used by ``app/`` and the CLI: one call per service operation.
 
 Source: Caffe2 ``GradientRegistry.GetGradientForOp`` / ``GetBackwardPass`` and
-``Net.AddGradientOperators`` (spec §2.2, §2.5, §2.8).
+``Net.AddGradientOperators`` (spec §2.2, §2.5, §2.8). The answers, :class:`NetGradientResult`
+and :class:`OpGradientResult`, are defined with the pass that makes them
+(:mod:`core.ir.backward`) and re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from api_schemas import caffe2_pb2
+from core.ir.backward import NetGradientResult, OpGradientResult, net_gradient, op_gradient
 from core.ir.env import GenLimits
-from core.types import Diagnostic, GradValue
+from core.types import GradValue
 
-
-@dataclass
-class OpGradientResult:
-    """Answer of :func:`gradient_for_op`.
-
-    Attributes:
-        grad_ops: gradient OperatorDefs, in execution order.
-        g_input: one entry per forward input (``None`` = no gradient).
-        diagnostics: warnings and notes.
-    """
-
-    grad_ops: list[caffe2_pb2.OperatorDef]
-    g_input: list[GradValue]
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-@dataclass
-class NetGradientResult:
-    """Answer of :func:`gradient_for_net`.
-
-    Attributes:
-        grad_ops: gradient OperatorDefs (seeds, gradient ops, Sum/Concat accumulation).
-        grad_map: blob -> gradient for every blob that ended with a gradient, in
-            first-appearance order of the blob in the forward net (deterministic).
-        diagnostics: warnings and notes.
-        net: forward plus gradient ops when ``return_net`` was asked (``AddGradientOperators``).
-    """
-
-    grad_ops: list[caffe2_pb2.OperatorDef]
-    grad_map: dict[str, GradValue]
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    net: caffe2_pb2.NetDef | None = None
+__all__ = ["NetGradientResult", "OpGradientResult", "gradient_for_net", "gradient_for_op"]
 
 
 def gradient_for_op(
@@ -58,8 +29,6 @@ def gradient_for_op(
         InvalidRequestError: ``g_output`` length differs from ``len(op.output)``.
         GradientNotDefinedError, InvalidNetError, GradientError, LimitExceededError.
     """
-    from core.ir.backward import op_gradient
-
     return op_gradient(op, g_output, limits or GenLimits())
 
 
@@ -87,6 +56,4 @@ def gradient_for_net(
         GradientNotDefinedError: ops on the path without a gradient (all listed at once).
         VersionMismatchError, InvalidNetError, GradientError, LimitExceededError.
     """
-    from core.ir.backward import net_gradient
-
     return net_gradient(net, ys, skip, return_net, limits or GenLimits(), recompute)

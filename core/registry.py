@@ -14,6 +14,13 @@ A forward op type has exactly one :class:`GradientStatus`:
 
 Gradient-only op types (``ReluGradient``...) are registered with ``gradient_op=True``: they
 have kernels but are never differentiated.
+
+The registry is also how the control ops (``core/control``) plug into the engine without the
+engine importing them: an op type may register an executor-native runtime
+(:func:`register_native`, what ``Do``/``If``/``While`` run instead of a kernel) and renamers
+for its emitted gradient ops (:func:`register_renamers`, used by accumulation and
+``recompute``), and the backward pass registers itself (:func:`register_subnet_pass`) for
+the control-op makers to differentiate their sub-nets with.
 """
 
 from __future__ import annotations
@@ -25,6 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError, GradientNotDefinedError, InvalidNetError
+
+# The maker's view lives in core.maker; op modules and clients import it from here.
+from core.maker import GradientMaker
+from core.maker import find_arg as find_arg
+from core.maker import make_arg as make_arg
+from core.maker import make_op as make_op
 from core.types import GradientSlice, GradValue
 
 if TYPE_CHECKING:
@@ -44,7 +57,10 @@ class GradientStatus(StrEnum):
     GRADIENT_OP = "gradient_op"  # a gradient op type; has a kernel, never differentiated
 
 
-@dataclass(frozen=True)
+_GRADIENT = GradientStatus.GRADIENT  # (a module global: looked up once per op, hot path)
+
+
+@dataclass(frozen=True, slots=True)
 class OpSchema:
     """Input/output arity and allowed in-place pairs of an op type (Caffe2 ``OpSchema``).
 
@@ -81,7 +97,12 @@ class OpSchema:
                 f"{op.type} takes {_arity(self.min_outputs, self.max_outputs)} outputs, "
                 f"got {n_out}"
             )
-        if self.allow_inplace is True or set(ins).isdisjoint(outs):
+        if self.allow_inplace is True:
+            return None
+        for out in outs:  # (a few names: cheaper than building a set on this hot path)
+            if out in ins:
+                break
+        else:
             return None
         allowed = self.allow_inplace or frozenset()
         for i, name in enumerate(ins):
@@ -114,224 +135,20 @@ def schema(
     return OpSchema(lo_i, hi_i, lo_o, hi_o, allow)
 
 
-class GradientMaker:
-    """What a gradient maker sees: the forward op, ``g_output`` and Caffe2's helpers.
-
-    Mirrors ``GradientMakerBase`` (spec §2.3): ``I``/``O`` name forward inputs/outputs,
-    ``GO`` reads output gradients, ``GI`` names (and records) input gradients, and
-    ``set_dense``/``set_sparse`` record pass-through gradients without an op.
-
-    Attributes:
-        op: the forward OperatorDef (read-only by convention).
-        g_output: one gradient value per forward output.
-        g_input: one gradient value per forward input, filled by the maker.
-        env: the generation environment (limits, diagnostics, sub-net path); see
-            :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
-        input_names, output_names: ``op.input`` / ``op.output`` as lists, read once (every
-            read of a protobuf repeated field builds new Python strings).
-    """
-
-    __slots__ = ("op", "g_output", "g_input", "env", "input_reads", "input_names", "output_names")
-
-    def __init__(
-        self,
-        op: OperatorDef,
-        g_output: Sequence[GradValue],
-        env: Any,
-        input_names: list[str] | None = None,
-        output_names: list[str] | None = None,
-    ) -> None:
-        self.op = op
-        self.input_names = op.input[:] if input_names is None else input_names
-        self.output_names = op.output[:] if output_names is None else output_names
-        self.g_output: Sequence[GradValue] = g_output
-        #: forward input positions whose *value* the gradient ops read (via ``I``)
-        self.input_reads: list[int] = []
-        self.g_input: list[GradValue] = [None] * len(self.input_names)
-        self.env = env
-
-    # -- names -----------------------------------------------------------------
-    def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
-        """Name of forward input ``i``; records that the gradient reads its input value.
-
-        For an in-place op the same name is also an output, and the backward pass must know
-        which version the gradient op wants (see ``core.ir.backward``).
-        """
-        self.input_reads.append(i)
-        return self.input_names[i]
-
-    def I_shape(self, i: int) -> str:  # noqa: N802 - Caffe2-style helper name
-        """Name of forward input ``i`` for a gradient op that reads only its shape.
-
-        Unlike :meth:`I`, this does not ask the backward pass for the input's *value*: an
-        in-place op (``Add(x, b -> x)``) keeps the shape, so its later version will do, as
-        upstream accepts.
-        """
-        return self.input_names[i]
-
-    def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
-        """Name of forward output ``i``."""
-        return self.output_names[i]
-
-    def has_go(self, i: int) -> bool:
-        """Whether output ``i`` has any gradient (Caffe2 ``GradOut(i).IsEmpty()`` negated)."""
-        return i < len(self.g_output) and self.g_output[i] is not None
-
-    def GO(self, i: int) -> str:
-        """Dense gradient of output ``i``.
-
-        Raises:
-            GradientError: the gradient is missing or sparse.
-        """
-        g = self.g_output[i] if i < len(self.g_output) else None
-        if g is None:
-            raise GradientError(f"Gradient of output {self.O(i)} is not provided!")
-        if isinstance(g, GradientSlice):
-            raise GradientError(f"Gradient of output {self.O(i)} is sparse (expected dense).")
-        return g
-
-    def GO_I(self, i: int) -> str:
-        """Indices blob of a sparse output gradient."""
-        return self._go_sparse(i).indices
-
-    def GO_V(self, i: int) -> str:
-        """Values blob of a sparse output gradient."""
-        return self._go_sparse(i).values
-
-    def _go_sparse(self, i: int) -> GradientSlice:
-        g = self.g_output[i] if i < len(self.g_output) else None
-        if not isinstance(g, GradientSlice):
-            raise GradientError(f"Gradient of output {self.O(i)} is not sparse.")
-        return g
-
-    def GI(self, i: int) -> str:
-        """Record and return the dense gradient name ``<input>_grad`` of input ``i``.
-
-        When the op reads the same blob at several positions (``Mul(w, w)``), each later
-        position gets its own name ``_<input>_grad_input_<i>``: a maker that uses one input
-        gradient as scratch (tensor-exponent Pow) would otherwise overwrite the other, and
-        the backward pass sums the per-position gradients anyway (spec §2.7). Upstream gave
-        both positions one name.
-        """
-        base = self.input_names[i]
-        first = self.input_names.index(base)
-        name = base + "_grad" if first == i else f"_{base}_grad_input_{i}"
-        self.set_dense(i, name)
-        return name
-
-    def set_dense(self, i: int, name: str) -> None:
-        """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
-        if isinstance(self.g_input[i], GradientSlice):
-            raise GradientError(f"Input {self.input_names[i]} already set to sparse.")
-        self.g_input[i] = name
-
-    def set_sparse(self, i: int, indices: str, values: str) -> None:
-        """Record a sparse gradient ``GradientSlice(indices, values)`` for input ``i``."""
-        if isinstance(self.g_input[i], str):
-            raise GradientError(f"Input {self.input_names[i]} already set to dense.")
-        self.g_input[i] = GradientSlice(indices, values)
-
-    # -- arguments -------------------------------------------------------------
-    def arg(self, name: str) -> Argument | None:
-        """First forward argument called ``name``, or ``None``."""
-        return find_arg(self.op, name)
-
-    def arg_i(self, name: str, default: int) -> int:
-        """Integer argument ``name`` (field ``i``), or ``default``."""
-        a = self.arg(name)
-        return int(a.i) if a is not None and a.HasField("i") else default
-
-    def arg_f(self, name: str, default: float) -> float:
-        """Float argument ``name`` (``f``, or ``i`` widened), or ``default``."""
-        a = self.arg(name)
-        if a is None:
-            return default
-        if a.HasField("f"):
-            return float(a.f)
-        if a.HasField("i"):
-            return float(a.i)
-        return default
-
-    # -- building ops ----------------------------------------------------------
-    def make_op(
-        self,
-        op_type: str,
-        inputs: Sequence[str],
-        outputs: Sequence[str],
-        args: Sequence[Argument] = (),
-        name: str = "",
-    ) -> OperatorDef:
-        """A new gradient OperatorDef, built like C++ ``CreateOperatorDef`` (name present)."""
-        return make_op(op_type, inputs, outputs, args, name=name)
-
-
-def make_op(
-    op_type: str,
-    inputs: Sequence[str],
-    outputs: Sequence[str],
-    args: Sequence[Argument] = (),
-    name: str | None = "",
-) -> OperatorDef:
-    """Build an OperatorDef. ``name=None`` leaves ``name`` unset (a raw ``OperatorDef()``)."""
-    op = OperatorDef()
-    op.type = op_type
-    if name is not None:
-        op.name = name
-    op.input.extend(inputs)
-    op.output.extend(outputs)
-    if args:
-        op.arg.extend(args)
-    return op
-
-
-def make_arg(name: str, value: Any) -> Argument:
-    """Build an Argument with Caffe2's ``MakeArgument`` typing rules (spec §1.4).
-
-    float -> ``f``; int/bool -> ``i``; str/bytes -> ``s``; NetDef -> ``n``; a list of floats ->
-    ``floats``, of ints -> ``ints``, of str/bytes -> ``strings``, of NetDefs -> ``nets``.
-
-    Raises:
-        TypeError: the value has no Argument encoding.
-    """
-    a = Argument()
-    a.name = name
-    if isinstance(value, bool | int):
-        a.i = int(value)
-    elif isinstance(value, float):
-        a.f = value
-    elif isinstance(value, str):
-        a.s = value.encode("utf-8")
-    elif isinstance(value, bytes):
-        a.s = value
-    elif isinstance(value, caffe2_pb2.NetDef):
-        a.n.CopyFrom(value)
-    elif isinstance(value, list | tuple):
-        items = list(value)
-        if all(isinstance(v, float) for v in items):
-            a.floats.extend(items)
-        elif all(isinstance(v, bool | int) for v in items):
-            a.ints.extend(int(v) for v in items)
-        elif all(isinstance(v, str | bytes) for v in items):
-            a.strings.extend(v.encode("utf-8") if isinstance(v, str) else v for v in items)
-        elif all(isinstance(v, caffe2_pb2.NetDef) for v in items):
-            a.nets.extend(items)
-        else:
-            raise TypeError(f"argument {name}: mixed list has no Argument encoding")
-    else:
-        raise TypeError(f"argument {name}: {type(value).__name__} has no Argument encoding")
-    return a
-
-
-def find_arg(op: OperatorDef | caffe2_pb2.NetDef, name: str) -> Argument | None:
-    """First argument of ``op`` named ``name`` (Caffe2 ``ArgumentHelper``), or ``None``."""
-    for a in op.arg:
-        if a.name == name:
-            return a
-    return None
-
-
 MakerFn = Callable[[GradientMaker], list[OperatorDef]]
 KernelFn = Callable[..., Any]
+#: Runtime of an executor-native op: ``fn(ctx, op, workspace, path)`` (see
+#: :mod:`core.control.runtime`; the executor passes its context and the op's workspace).
+NativeFn = Callable[[Any, OperatorDef, Any, str], None]
+#: ``fn(grad_op, idx, new_name, siblings)``: make an emitted gradient op of this type write
+#: output ``idx`` as ``new_name`` (``siblings``: the ops emitted with it, which it may adjust).
+OutputRenamer = Callable[[OperatorDef, int, str, "list[OperatorDef] | None"], None]
+#: ``fn(grad_op, old, new)``: make an emitted gradient op of this type read ``new`` wherever
+#: it read blob ``old``.
+InputRenamer = Callable[[OperatorDef, str, str], None]
+#: The backward pass over a list of ops: ``fn(ops, seeds, env, index_offset=0, entry=False)
+#: -> (gradient ops, blob -> gradient)``; see :func:`register_subnet_pass`.
+SubnetPass = Callable[..., tuple[list[OperatorDef], dict[str, GradValue]]]
 
 
 @dataclass
@@ -353,6 +170,10 @@ class OpEntry:
             value (``Dropout`` with ``is_test``, ``StopGradient``...). Run in place, such an
             op leaves the blob's value unchanged, so the backward pass does not treat the
             earlier version as overwritten.
+        native: executor-native runtime (control ops), run instead of a kernel.
+        rename_output, rename_input: how to rename an output or an input blob of an emitted
+            gradient op of this type whose sub-nets read or write it (control ops); ``None``
+            = plain ops, whose ``output``/``input`` fields are renamed directly.
     """
 
     op_type: str
@@ -366,6 +187,9 @@ class OpEntry:
     kernel: KernelFn | None = None
     doc: str = ""
     identity: Callable[[OperatorDef], bool] | None = None
+    native: NativeFn | None = None
+    rename_output: OutputRenamer | None = None
+    rename_input: InputRenamer | None = None
 
 
 REGISTRY: dict[str, OpEntry] = {}
@@ -446,10 +270,58 @@ def register_identity(op_type: str, predicate: Callable[[OperatorDef], bool]) ->
     _entry(op_type).identity = predicate
 
 
-def is_identity(op: OperatorDef) -> bool:
-    """Whether ``op`` copies input 0 to output 0 unchanged (see :func:`register_identity`)."""
-    e = REGISTRY.get(op.type)
+def is_identity(op: OperatorDef, op_type: str | None = None) -> bool:
+    """Whether ``op`` copies input 0 to output 0 unchanged (see :func:`register_identity`).
+
+    ``op_type``: ``op.type`` when the caller already read it.
+    """
+    e = REGISTRY.get(op.type if op_type is None else op_type)
     return e is not None and e.identity is not None and e.identity(op)
+
+
+def register_native(op_type: str, fn: NativeFn) -> None:
+    """Declare ``fn`` the executor-native runtime of ``op_type`` (run instead of a kernel)."""
+    _entry(op_type).native = fn
+
+
+def get_native(op_type: str) -> NativeFn | None:
+    """Executor-native runtime of ``op_type``, or ``None`` (ops with kernels, unknown types)."""
+    e = REGISTRY.get(op_type)
+    return e.native if e is not None else None
+
+
+def register_renamers(op_type: str, *, output: OutputRenamer, input: InputRenamer) -> None:
+    """Declare how the backward pass renames outputs / inputs of gradient ops of ``op_type``.
+
+    Gradient ``Do``/``If``/``While`` ops read and write outer blobs from inside their
+    sub-nets, so renaming the op's own field is not enough (spec §3.6; issue 7, B and C).
+    """
+    e = _entry(op_type)
+    e.rename_output = output
+    e.rename_input = input
+
+
+_SUBNET_PASS: list[SubnetPass] = []
+
+
+def register_subnet_pass(fn: SubnetPass) -> None:
+    """Declare the backward pass the control-op makers run over their sub-nets.
+
+    :mod:`core.ir.backward` registers itself when imported (every way into gradient
+    generation imports it), so the makers never import the pass they are called from.
+    """
+    _SUBNET_PASS[:] = [fn]
+
+
+def subnet_pass() -> SubnetPass:
+    """The registered backward pass (see :func:`register_subnet_pass`).
+
+    Raises:
+        RuntimeError: no pass is registered (``core.ir.backward`` was never imported).
+    """
+    if not _SUBNET_PASS:
+        raise RuntimeError("no backward pass is registered: import core.ir.backward first")
+    return _SUBNET_PASS[0]
 
 
 def get_entry(op_type: str) -> OpEntry | None:
@@ -475,8 +347,9 @@ def gradient_for_op_detailed(
     op: OperatorDef,
     g_output: Sequence[GradValue],
     env: Any = None,
-    input_names: list[str] | None = None,
-    output_names: list[str] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    op_type: str | None = None,
 ) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
     """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
 
@@ -484,8 +357,9 @@ def gradient_for_op_detailed(
         op: forward OperatorDef.
         g_output: one entry per ``op.output``: ``None``, a dense name or a GradientSlice.
         env: generation environment passed to the maker (``core.ir.env.GenEnv``).
-        input_names, output_names: ``op.input`` / ``op.output`` as lists when the caller
-            already has them (the backward pass does); read from ``op`` otherwise.
+        input_names, output_names, op_type: ``op.input`` / ``op.output`` as sequences and
+            ``op.type`` when the caller already has them (the backward pass does); read
+            from ``op`` otherwise.
 
     Returns:
         ``(grad_ops, g_input, input_reads)``: ``len(g_input) == len(op.input)``;
@@ -497,19 +371,21 @@ def gradient_for_op_detailed(
         InvalidNetError: the op fails its schema check (message contains "schema").
         GradientError: the maker itself failed (e.g. a required output gradient is missing).
     """
-    e = REGISTRY.get(op.type)
+    if op_type is None:
+        op_type = op.type
+    e = REGISTRY.get(op_type)
     if input_names is None:
         input_names = op.input[:]
     if output_names is None:
         output_names = op.output[:]
-    if e is None or e.status is not GradientStatus.GRADIENT or e.maker is None:
+    if e is None or e.status is not _GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
         return [], [None] * len(input_names), []  # NO_GRADIENT
     if len(g_output) != len(output_names):
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(output_names)} outputs"
         )
-    m = GradientMaker(op, g_output, env, input_names, output_names)
+    m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
     if e.raw_maker:
         ops = e.maker(m)
     else:
@@ -519,17 +395,8 @@ def gradient_for_op_detailed(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
         ops = e.maker(m)
-        device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
-        engine = op.engine if e.copy_engine and op.HasField("engine") else None
-        args = op.arg if e.copy_arguments and len(op.arg) else None
-        for g in ops:
-            g.is_gradient_op = True
-            if device is not None:
-                g.device_option.CopyFrom(device)
-            if engine is not None:
-                g.engine = engine
-            if args is not None:
-                g.arg.extend(args)
+        if ops:
+            _mark_gradient_ops(op, e, ops)
     g_input = m.g_input
     if len(g_input) != len(input_names):
         raise GradientError(
@@ -543,6 +410,26 @@ def gradient_for_op_detailed(
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
     return ops, g_input, m.input_reads
+
+
+def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
+    """Mark a maker's ops as gradient ops and copy the forward op's device option, engine
+    and arguments into them, as the entry asks (Caffe2 ``GradientMakerBase::Get``)."""
+    device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
+    engine = op.engine if e.copy_engine and op.HasField("engine") else None
+    args = op.arg if e.copy_arguments and len(op.arg) else None
+    if device is None and engine is None and args is None:
+        for g in ops:
+            g.is_gradient_op = True
+        return
+    for g in ops:
+        g.is_gradient_op = True
+        if device is not None:
+            g.device_option.CopyFrom(device)
+        if engine is not None:
+            g.engine = engine
+        if args is not None:
+            g.arg.extend(args)
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:

@@ -2,7 +2,9 @@
 
 Source: Caffe2 ``do_op.h``, ``if_op.h``, ``while_op.h``, ``create_scope_op.h`` (spec §4).
 These ops are executor-native: they run sub-nets on workspaces rather than computing arrays,
-so they have no registry kernel. The executor dispatches them through :data:`NATIVE_OPS`.
+so they have no registry kernel. Importing this module registers each of :data:`NATIVE_OPS`
+as its type's native runtime (:func:`core.registry.register_native`); the executor finds
+them there and hands them its context (:class:`RunContext`), never importing this module.
 
 Timeline (spec §4.7): ``CreateScope`` clears a workspace stack before each forward
 ``If``/``While``; every forward ``Do`` pushes a child workspace on its stack (a ``While``
@@ -14,23 +16,35 @@ gradient net in the saved forward workspace, where the forward's local blobs (an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, InvalidNetError, LimitExceededError
+from core.executor.limits import RunLimits
 from core.executor.workspace import Workspace, WorkspaceStack
-from core.registry import GradientStatus, find_arg, register_op, schema
+from core.registry import GradientStatus, find_arg, register_native, register_op, schema
 from core.types import Diagnostic
-
-if TYPE_CHECKING:
-    from core.executor.executor import ExecContext
 
 OperatorDef = caffe2_pb2.OperatorDef
 NetDef = caffe2_pb2.NetDef
 
-NativeFn = Callable[["ExecContext", OperatorDef, Workspace, str], None]
+
+class RunContext(Protocol):
+    """What a native op needs of the executor (``core.executor.executor.ExecContext``).
+
+    Attributes:
+        limits: the job's limits (``max_loop_iterations`` bounds one While run).
+    """
+
+    limits: RunLimits
+
+    def run_net(self, net: NetDef, ws: Workspace, prefix: str = "") -> None:
+        """Run every op of ``net`` on ``ws``; ``prefix`` is the sub-net path of its ops."""
+
+
+NativeFn = Callable[[RunContext, OperatorDef, Workspace, str], None]
 
 
 def _net_arg(op: OperatorDef, name: str) -> NetDef | None:
@@ -100,7 +114,7 @@ register_op(
 )
 
 
-def run_create_scope(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+def run_create_scope(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
     """``CreateScope``: make the output hold an empty :class:`WorkspaceStack` (spec §4.3)."""
     if len(op.input) != 0 or len(op.output) != 1:
         raise InvalidNetError("CreateScope takes 0 inputs and 1 output")
@@ -111,7 +125,7 @@ def run_create_scope(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str
         ws.set(op.output[0], WorkspaceStack())
 
 
-def run_has_scope(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+def run_has_scope(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
     """``HasScope``: bool tensor of shape [1], true iff the stack is non-empty (spec §4.3)."""
     if len(op.input) != 1 or len(op.output) != 1:
         raise InvalidNetError("HasScope takes 1 input and 1 output")
@@ -169,7 +183,7 @@ def do_bindings(op: OperatorDef) -> dict[str, str]:
     return bindings
 
 
-def run_do(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+def run_do(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
     """``Do``: run ``net`` in a child workspace taken from the stack in the last output.
 
     Forward: push a workspace (or, with ``reuse_workspace``, re-use the top one); after the
@@ -217,7 +231,7 @@ def run_do(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
 
 
 # --- If ------------------------------------------------------------------------------------
-def run_if(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+def run_if(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
     """``If``: run ``then_net`` or ``else_net`` in the If's own workspace (spec §4.5).
 
     Raises:
@@ -238,7 +252,7 @@ def run_if(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
 
 
 # --- While ---------------------------------------------------------------------------------
-def run_while(ctx: ExecContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+def run_while(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
     """``While``: ``cond_net``, test input 0, ``loop_net``, repeat (spec §4.6).
 
     The condition is evaluated before the first and after every iteration. One run stops
@@ -277,3 +291,6 @@ NATIVE_OPS: dict[str, NativeFn] = {
     "If": run_if,
     "While": run_while,
 }
+
+for _op_type, _fn in NATIVE_OPS.items():
+    register_native(_op_type, _fn)

@@ -1,9 +1,10 @@
 """Run a NetDef on NumPy: the registry's kernels plus the executor-native control ops.
 
 Source: Caffe2 ``SimpleNet`` (ops run one after another on one workspace) and the control
-ops of spec §4. The entry point for callers is the pure function :func:`execute`
-``(net, feeds, limits) -> blobs``: it builds a fresh :class:`Workspace`, so it is safe to run
-in worker processes and never touches global workspace state (house style, "What to avoid").
+ops of spec §4, which :mod:`core.control.runtime` registers in the registry as native ops.
+The entry point for callers is the pure function :func:`execute` ``(net, feeds, limits) ->
+blobs``: it builds a fresh :class:`Workspace`, so it is safe to run in worker processes and
+never touches global workspace state (house style, "What to avoid").
 
 Every failure is a :class:`~core.errors.NetgradError` located at the op: op index (within
 its sub-net), op type and sub-net path such as ``op[3]:If/then_net/op[0]:Do/net/op[1]:Add``.
@@ -21,11 +22,10 @@ from typing import Any
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.control import runtime
 from core.errors import ExecutionError, InvalidRequestError, LimitExceededError, NetgradError
 from core.executor.limits import RunLimits, check_elements, default_limits, element_cap
 from core.executor.workspace import Workspace, WorkspaceStack
-from core.registry import find_arg, get_entry, get_kernel, kernel_inputs_repr
+from core.registry import find_arg, get_entry, get_kernel, get_native, kernel_inputs_repr
 
 NetDef = caffe2_pb2.NetDef
 OperatorDef = caffe2_pb2.OperatorDef
@@ -48,7 +48,11 @@ Observer = Callable[[OperatorDef, list[np.ndarray], str], None]
 
 
 def _ensure_loaded() -> None:
-    """Import every op module once (tolerates a missing control-flow gradient module)."""
+    """Import every op module once (tolerates a missing control-flow gradient module).
+
+    The control ops' runtime (:mod:`core.control.runtime`) is among them: it registers the
+    executor-native ops in the registry, where :class:`ExecContext` finds them.
+    """
     from core import ops
 
     try:
@@ -92,6 +96,7 @@ class ExecContext:
         deadline: float | None = None,
         observer: Observer | None = None,
     ) -> None:
+        _ensure_loaded()  # kernels and native ops are found in the registry
         self.limits = limits
         self.deadline = deadline if deadline is not None else limits.deadline()
         self.observer = observer
@@ -118,7 +123,7 @@ class ExecContext:
                 path=path,
                 code="wall_clock_exceeded",
             )
-        native = runtime.NATIVE_OPS.get(op.type)
+        native = get_native(op.type)
         try:
             if native is not None:
                 native(self, op, ws, path)
@@ -213,7 +218,7 @@ def validate_net(net: NetDef, prefix: str = "") -> None:
                 path=path,
                 code="op_refused",
             )
-        if op.type not in runtime.NATIVE_OPS and get_kernel(op.type) is None:
+        if get_native(op.type) is None and get_kernel(op.type) is None:
             known = get_entry(op.type) is not None
             why = "has no NumPy kernel" if known else "is unknown"
             raise ExecutionError.at(

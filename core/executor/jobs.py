@@ -139,7 +139,7 @@ def run_job(
         LimitExceededError: tensor, loop or time limits; ``fetch_too_large`` for the cap.
         InvalidNetError: a malformed control op.
     """
-    from core.verify.checker import materialize_inputs
+    from core.verify.specs import materialize_inputs
 
     limits = limits or default_limits()
     _check_fetch_names(fetch)

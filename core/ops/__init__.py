@@ -1,7 +1,8 @@
 """Op families: each module registers, per op, its NumPy kernel and gradient maker side by side.
 
 Call :func:`load_all` once before using the registry; it imports every module here plus the
-control-flow gradient makers.
+control ops' runtime and gradient makers, which register themselves (native ops, makers,
+renamers) in :mod:`core.registry`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def load_all() -> None:
         return
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{info.name}")
-    importlib.import_module("core.control.gradients")
+    # The runtime first: it registers the executor's native ops, which the executor needs
+    # even where the gradient makers cannot be imported (see core.executor.executor).
     importlib.import_module("core.control.runtime")
+    importlib.import_module("core.control.gradients")
     _loaded = True

@@ -286,8 +286,14 @@ def div(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 
 @register_gradient("Div", op_schema=schema(2, 1, _BINARY_INPLACE))
 def div_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``DivGradient([dC, A, B, C] -> [dA, dB])``, forward args copied."""
-    return [m.make_op("DivGradient", [m.GO(0), m.I(0), m.I(1), m.O(0)], [m.GI(0), m.GI(1)])]
+    """``DivGradient([dC, A, B, C] -> [dA, dB])``, forward args copied.
+
+    ``A`` is read for its shape only (``dA = dC / B``, ``dB = -dC · C / B``), so an in-place
+    ``Div(A, B -> A)`` needs no overwritten value (issue 7, fuzzer F4).
+    """
+    return [
+        m.make_op("DivGradient", [m.GO(0), m.I_shape(0), m.I(1), m.O(0)], [m.GI(0), m.GI(1)])
+    ]
 
 
 @register_kernel("DivGradient", gradient_op=True)
@@ -848,6 +854,8 @@ def matmul_grad(m: GradientMaker) -> list[OperatorDef]:
             ([b, dy, a], da, [("trans_a", one), ("trans_b", one), ("axis_a", axb)]),
             ([dy, a, b], db, [("trans_a", one), ("trans_b", one), ("axis_b", axa)]),
         ]
+    if da == dy:  # in place into A (MatMul(A, B -> A)): dA overwrites dY, so it goes last
+        spec.reverse()
     return [
         m.make_op("MatMul", ins, [out], [make_arg(k, v) for k, v in args])
         for ins, out, args in spec

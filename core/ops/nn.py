@@ -137,7 +137,7 @@ def fc_transposed(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
 def _fc_grad(m: GradientMaker) -> list[OperatorDef]:
     # Caffe2 GetFCGradient: one op, outputs [dW, db, dX] in that order.
     return [
-        m.make_op(m.op.type + "Gradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(1), m.GI(2), m.GI(0)])
+        m.make_op(m.op_type + "Gradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(1), m.GI(2), m.GI(0)])
     ]
 
 
@@ -307,7 +307,7 @@ def conv(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def conv_grad(m: GradientMaker) -> list[OperatorDef]:
     """Caffe2 GetConvGradient: ``<Type>Gradient([X, W, dY] → [dW, db, dX])`` (spec §5.4)."""
     compute_dx = not m.arg_i("no_gradient_to_input", 0)
-    gtype = m.op.type + "Gradient"
+    gtype = m.op_type + "Gradient"
     ins = [m.I(0), m.I(1), m.GO(0)]
     if len(m.op.input) == 3:
         outs = [m.GI(1), m.GI(2)] + ([m.GI(0)] if compute_dx else [])
@@ -552,7 +552,7 @@ def avg_pool_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
 
 def pool_grad(m: GradientMaker) -> list[OperatorDef]:
     """Caffe2 GetPoolGradient: ``<Type>Gradient([X, Y, dY] → [dX])``, args copied."""
-    return [m.make_op(m.op.type + "Gradient", [m.I(0), m.O(0), m.GO(0)], [m.GI(0)])]
+    return [m.make_op(m.op_type + "Gradient", [m.I(0), m.O(0), m.GO(0)], [m.GI(0)])]
 
 
 for _suffix in ("", "1D", "2D", "3D"):

@@ -5,7 +5,8 @@ Facade: import from here, e.g. ``from core.verify import verify_net, VerifyOptio
 
 from __future__ import annotations
 
-from core.verify.checker import (
+from core.verify.checker import seed_names, verify_net
+from core.verify.specs import (
     BlobReport,
     InputSpec,
     RandomSpec,
@@ -14,8 +15,6 @@ from core.verify.checker import (
     VerifyReport,
     VerifyResult,
     materialize_inputs,
-    seed_names,
-    verify_net,
 )
 
 __all__ = [

@@ -267,12 +267,14 @@ def test_while_gradient_in_place_loop_carried_blob() -> None:
     assert w.input[0] == "gradient_loop_cond_net/cond"
     body = subnet(w, "loop_net").op[0]
     check_do(body, GenEnv())
-    # The body updates its output gradient in place, in a private carry blob: the incoming
-    # gradient blob itself is never written (it may be shared, issue 7 fuzzer F1).
+    # Each iteration reads its output gradient from a private carry blob and writes the
+    # input gradient to a fresh blob: the incoming gradient blob itself is never written
+    # (it may be shared, issue 7 fuzzer F1/F5), and the feedback copy closes the loop.
     carry = "_output_blob_grad_while_carry"
-    assert carry in body.input and carry in body.output
-    assert "output_blob_grad" not in body.output
-    assert res.grad_map["output_blob"] == carry
+    assert carry in body.input and "output_blob_grad" not in body.output
+    (out,) = [o for o in body.output if o != body.input[-1]]
+    assert [(c.input[0], c.output[0]) for c in cond_net.op[1:]] == [(out, carry)]
+    assert res.grad_map["output_blob"] == out
     assert any(d.code == "while_keeps_workspaces" for d in res.diagnostics)
 
 

@@ -1,0 +1,129 @@
+"""Gradient maker of ``Do``: the inner backward pass, run in the saved forward workspace.
+
+Source: Caffe2 ``control_ops_grad.py`` ``gen_do_gradient`` (spec §3.3), with the fixes of
+spec §3.8 #4 (a Do whose inner net yields no gradient op keeps its dedupe copies and returns
+one ``None`` per input), #5 (``g_input`` has one entry per forward input, the workspace blob
+included), #6 (``reuse_workspace=0`` is accepted), #7 (a blob that the Do reads and writes
+binds its outer gradient once) and #9 (a sparse gradient reaching the Do is a 4xx).
+"""
+
+from __future__ import annotations
+
+from api_schemas import caffe2_pb2
+from core.control.subnets import (
+    INNER_GRAD,
+    INNER_GRAD_COPY,
+    check_do,
+    dedupe_g_output,
+    gradient_control_op,
+    invalid_net,
+    io_names,
+    put_net,
+    reject_sparse,
+    subnet_gradient,
+)
+from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
+from core.types import GradValue
+
+OperatorDef = caffe2_pb2.OperatorDef
+
+
+@register_gradient("Do", op_schema=schema((1, -1), (1, -1)), raw=True,
+                   doc="sub-net in its own workspace; gradient Do pops the saved workspace")
+def do_gradient(m: GradientMaker) -> list[OperatorDef]:
+    """Gradient of ``Do`` (Caffe2 ``gen_do_gradient``, spec §3.3, fixes §3.8 #4 #5 #6 #7 #9).
+
+    The gradient op is a ``Do`` on the same workspace blob: its sub-net is the inner
+    backward pass plus copies out of ``<x>/_DO_OPERATOR_INNER_GRAD_COPY_``; args ``net``,
+    ``inner_blobs``, ``outer_blobs_idx``, ``saved_fwd_blobs``; ``is_gradient_op`` set.
+
+    Raises:
+        InvalidNetError: bad bindings (every problem listed).
+        GradientError: sparse gradients at the boundary, empty seed map.
+    """
+    op, env = m.op, m.env
+    b = check_do(op, env)
+    copies, g_output = dedupe_g_output(op, m.g_output)
+    m.g_input = [None] * len(op.input)
+    seeds: dict[str, GradValue] = {}
+    seed_outer: dict[str, str] = {}  # inner seed name -> outer gradient name
+    for out, g in zip(op.output[:-1], g_output, strict=False):
+        if g is None:
+            continue
+        reject_sparse(env, op, out, g, "output gradient")
+        inner = b.outer_to_inner[out]
+        seeds[inner] = inner + INNER_GRAD
+        seed_outer[inner + INNER_GRAD] = str(g)
+    if not seeds:
+        raise invalid_net(env, op, "Empty initial gradient map for Do op", "empty_gradient_map")
+    sub = subnet_gradient(op, b.subnet, seeds, env, "net")
+    # Outputs (spec §3.3 step 5): one outer gradient per forward input that got an inner
+    # gradient, copied out through <x>/_DO_OPERATOR_INNER_GRAD_COPY_. An inner gradient may
+    # be a seed itself (pass-through ops such as Sum): the copy then reads the seed.
+    seed_by_outer = {outer: inner for inner, outer in seed_outer.items()}
+    out_bindings: dict[str, str] = {}
+    outputs: list[str] = []
+    copy_ops: list[OperatorDef] = []
+    for k, x in enumerate(op.input[:-1]):
+        x_in = b.outer_to_inner[x]
+        gx = sub.grad_map.get(x_in)
+        if gx is None:
+            continue
+        outer_grad = x + "_grad"
+        # §3.8 #7: when the outer gradient is also an incoming gradient (a blob the Do reads
+        # and writes), bind it once: the final copy writes into the seed's inner name.
+        target = seed_by_outer.get(outer_grad)
+        if target is None:
+            target = x_in + INNER_GRAD_COPY
+            out_bindings[target] = outer_grad
+        if gx != target:
+            copy_ops.append(make_op("Copy", [gx], [target], name=None))
+        if outer_grad not in outputs:
+            outputs.append(outer_grad)
+        m.g_input[k] = outer_grad
+    if not outputs:  # §3.8 #4: no input gets a gradient; keep the dedupe copies
+        return copies
+    inner_ops = [*sub.ops, *copy_ops]
+    # Inputs (step 6): outer blobs and seeds read before written; other names come from
+    # the saved forward workspace. A seed that receives the final copy is bound even if no
+    # op reads it, so that the copy's value leaves the Do.
+    in_bindings: dict[str, str] = {}
+    saved: dict[str, None] = {}
+    inputs: list[str] = []
+    reads, _ = io_names(inner_ops)
+    targets = [seed_by_outer[g] for g in outputs if g in seed_by_outer]
+    for name in dict.fromkeys([*reads, *targets]):
+        if name in b.inner_to_outer:
+            outer = b.inner_to_outer[name]
+        elif name in seed_outer:
+            outer = seed_outer[name]
+        else:
+            saved.setdefault(name, None)
+            continue
+        in_bindings[name] = outer
+        if outer not in inputs:
+            inputs.append(outer)
+    grad = gradient_control_op(op)
+    grad.input.extend([*inputs, b.workspace_blob])
+    grad.output.extend([*outputs, b.workspace_blob])
+    bindings = {**out_bindings, **in_bindings}
+    outer_list = inputs + outputs
+    put_net(grad, "net", sub.header, inner_ops)
+    grad.arg.extend(
+        [
+            make_arg("inner_blobs", list(bindings)),
+            make_arg("outer_blobs_idx", [outer_list.index(v) for v in bindings.values()]),
+            make_arg("saved_fwd_blobs", list(saved)),
+        ]
+    )
+    check_do(grad, env)
+    env.warn(
+        "saved_fwd_blobs",
+        f"gradient Do reads {len(saved)} forward-local blob(s) from the saved forward "
+        f"workspace: {', '.join(saved) if saved else '(none)'}",
+        op_index=env.op_index,
+        op_type=op.type,
+        blobs=list(saved),
+        severity="info",
+    )
+    return [*copies, grad]

@@ -1,0 +1,178 @@
+"""Gradient maker of ``While``: a gradient While popping one saved workspace per iteration.
+
+Source: Caffe2 ``control_ops_grad.py`` ``gen_while_gradient`` (spec §3.5), with the fixes of
+spec §3.8 #3 (first-appearance order), #7 (a body that updates a loop-carried gradient in
+place) and #9 (a sparse gradient reaching the While is a 4xx); loop-invariant inputs sum one
+contribution per iteration, and incoming gradients are never written (issue 7, F1).
+"""
+
+from __future__ import annotations
+
+from api_schemas import caffe2_pb2
+from core.control.renaming import rename_control_output, rename_outer
+from core.control.subnets import (
+    bool_arg,
+    conditional_seeds,
+    gradient_control_op,
+    invalid_net,
+    io_names,
+    net_argument,
+    put_net,
+    subnet_gradient,
+)
+from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
+
+OperatorDef = caffe2_pb2.OperatorDef
+NetDef = caffe2_pb2.NetDef
+
+SUPPORTED_LOOP_SHAPE = (
+    "netgrad differentiates a While whose loop_net holds exactly one Do op without "
+    "reuse_workspace (the shape Caffe2's add_while_op / brew.loop / NetBuilder.WhileNet "
+    "produce, with copy_external_blobs=1)"
+)
+
+
+@register_gradient("While", op_schema=schema((1, -1), (0, -1)), raw=True,
+                   doc="loop_net repeated while the condition blob holds; optional cond_net")
+def while_gradient(m: GradientMaker) -> list[OperatorDef]:
+    """Gradient of ``While`` (Caffe2 ``gen_while_gradient``, spec §3.5, fixes §3.8 #3 #7 #9).
+
+    Emits ``HasScope`` + loop-gradient ``Copy`` init ops and a gradient ``While`` whose
+    ``cond_net`` is ``HasScope`` over the body's workspace stack (one saved workspace per
+    forward iteration, popped last first) and whose ``loop_net`` is the body Do's gradient.
+
+    Raises:
+        InvalidNetError: the loop body is not a single Do without ``reuse_workspace``.
+        GradientError: sparse gradients at the boundary; empty seed map.
+    """
+    op, env = m.op, m.env
+    copies, seeds = conditional_seeds(m)
+    loop_net = net_argument(op, "loop_net")
+    if loop_net is None:
+        raise invalid_net(env, op, "While op has no loop_net argument. " + SUPPORTED_LOOP_SHAPE,
+                   "unsupported_loop")
+    if len(loop_net.op) != 1 or loop_net.op[0].type != "Do":
+        kinds = ", ".join(o.type for o in loop_net.op) or "no ops"
+        raise invalid_net(
+            env,
+            op,
+            f"Gradient While op requires single Do op as a loop body (found: {kinds}). "
+            + SUPPORTED_LOOP_SHAPE,
+            "unsupported_loop",
+        )
+    body = loop_net.op[0]
+    if bool_arg(body, "reuse_workspace"):
+        raise invalid_net(
+            env,
+            op,
+            "The loop body Do has reuse_workspace set, so the forward pass keeps no workspace "
+            "per iteration and the gradient cannot be computed. " + SUPPORTED_LOOP_SHAPE,
+            "unsupported_loop",
+        )
+    if not len(body.output):
+        raise invalid_net(env, op, "The loop body Do has no outputs (workspace blob missing)",
+                   "unsupported_loop")
+    workspace = body.output[-1]
+    diag_mark, counters = len(env.diagnostics), dict(env.counters)
+    sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    # A loop-carried blob (read and written by the loop) with no incoming gradient still
+    # carries gradient from one iteration to the one before once the body's gradient
+    # reaches it. Upstream seeded only blobs with an incoming gradient and dropped that
+    # part; netgrad gives such blobs zero seeds and differentiates the body again.
+    inputs_after_cond = set(op.input[1:])
+    zero_seeds = [
+        o
+        for o in op.output
+        if o != workspace and o in inputs_after_cond and o not in seeds and o in sub.grad_map
+    ]
+    pre_ops: list[OperatorDef] = []
+    if zero_seeds:
+        for o in zero_seeds:
+            seeds[o] = f"_{o}_grad_while_zero"
+            pre_ops.append(
+                make_op("ConstantFill", [o], [str(seeds[o])], [make_arg("value", 0.0)])
+            )
+        del env.diagnostics[diag_mark:]
+        env.counters.clear()
+        env.counters.update(counters)
+        sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    cond_name = env.unique_net_name("gradient_loop_cond_net")
+    cond_blob = cond_name + "/cond"
+    cond_net = NetDef()
+    cond_net.name = cond_name
+    cond_net.op.append(make_op("HasScope", [workspace], [cond_blob]))
+    init_ops = [*pre_ops, make_op("HasScope", [workspace], [cond_blob])]
+    # Each iteration's output gradient is fed to the body in a private blob
+    # ``_<blob>_grad_while_carry``, never in the incoming gradient blob itself: that name
+    # may be shared with other blobs' gradients (a pass-through such as Sum hands one blob
+    # to several inputs), and upstream's feedback copy overwrote it (issue 7, fuzzer F1).
+    # Before the loop the carry holds the incoming gradient; after each gradient iteration
+    # it holds the gradient of the value that iteration found (the body's input gradient),
+    # or zeros when the body overwrites the blob without reading it (issue 7, A: upstream
+    # fed the same incoming gradient to every iteration). A zero-trip loop passes the
+    # incoming gradient through.
+    loop_ops = list(sub.ops)
+    loop_map: dict[str, str] = dict(sub.grad_map)
+    entry_zero: list[OperatorDef] = []
+    for blob, g in seeds.items():
+        if not isinstance(g, str):
+            continue
+        carry_blob = f"_{blob}_grad_while_carry"
+        body_grad = sub.grad_map.get(blob)
+        for gop in loop_ops:
+            rename_outer(gop, g, carry_blob)
+        if body_grad == g:  # the body updates the gradient in place (§3.8 #7)
+            body_grad = carry_blob
+        if body_grad is None:
+            init_ops.append(make_op("Copy", [g], [carry_blob]))
+            entry_zero.append(
+                make_op("ConstantFill", [carry_blob], [carry_blob], [make_arg("value", 0.0)])
+            )
+            body_grad = carry_blob
+        elif body_grad == carry_blob:
+            init_ops.append(make_op("Copy", [g], [carry_blob]))
+        else:
+            cond_net.op.append(make_op("Copy", [body_grad], [carry_blob]))
+            init_ops.append(make_op("Copy", [g], [body_grad]))
+            init_ops.append(make_op("Copy", [g], [carry_blob]))  # defined before the loop
+        if blob in inputs_after_cond:
+            loop_map[blob] = body_grad
+        else:
+            loop_map.pop(blob, None)
+    loop_ops.extend(entry_zero)
+    # Loop-invariant inputs (read by every iteration, never written by the loop) receive
+    # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
+    # only the first iteration's contribution survived. netgrad sums them into a private
+    # accumulator (zeros before the loop, Sum after each iteration's gradient Do) and
+    # copies it out after the loop, so accumulation with other consumers sees a plain op.
+    carried = set(op.output)
+    seed_names = {str(g) for g in seeds.values()}
+    after_ops: list[OperatorDef] = []
+    for blob in dict.fromkeys(op.input[1:]):
+        lg = sub.grad_map.get(blob)
+        if lg is None or blob in carried or lg in seed_names:
+            continue
+        step, acc = f"_{lg}_while_iteration", f"_{lg}_while_sum"
+        for gop in loop_ops:
+            for j, out in enumerate(gop.output):
+                if out == lg:
+                    rename_control_output(gop, j, step)
+        init_ops.append(make_op("ConstantFill", [blob], [acc], [make_arg("value", 0.0)]))
+        loop_ops.append(make_op("Sum", [acc, step], [acc]))
+        after_ops.append(make_op("Copy", [acc], [lg]))
+    loop_in, loop_out = io_names(loop_ops)
+    grad = gradient_control_op(op)
+    grad.input.extend([cond_blob, *loop_in])
+    grad.output.extend(loop_out)
+    put_net(grad, "loop_net", sub.header, loop_ops)
+    grad.arg.append(make_arg("cond_net", cond_net))
+    m.g_input = [loop_map.get(i) if k else None for k, i in enumerate(op.input)]
+    env.warn(
+        "while_keeps_workspaces",
+        "the gradient While pops one saved forward workspace per iteration: the forward "
+        "pass keeps every iteration's workspace alive until the backward pass has run",
+        op_index=env.op_index,
+        op_type=op.type,
+        blobs=[workspace],
+    )
+    return [*copies, *init_ops, grad, *after_ops]

@@ -1,0 +1,77 @@
+"""What a caller may seed the backward pass with: the ``ys`` map and its names.
+
+Source: Caffe2 ``GradientRegistry.GetBackwardPass`` / ``Net.AddGradientOperators`` take
+``ys`` as a list (all-ones seeds) or a map blob -> seed gradient (spec §2.5). netgrad also
+refuses ``ys`` that no op writes (upstream silently seeded version 0) and seed names that
+generation would overwrite (upstream accepted them and answered wrong gradients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Mapping, Sequence
+
+from core.errors import InvalidRequestError
+from core.types import Diagnostic, GradValue, grad_names
+
+
+def seed_map(ys: Sequence[str] | Mapping[str, GradValue]) -> dict[str, GradValue]:
+    """``ys`` as a map blob -> seed gradient (a list of blobs means auto seeds, ``None``).
+
+    Raises:
+        InvalidRequestError: ``ys`` is neither a sequence of names nor a mapping.
+    """
+    if isinstance(ys, Mapping):
+        return dict(ys)
+    if isinstance(ys, str | bytes) or not isinstance(ys, Sequence):
+        raise InvalidRequestError("ys should either be a list or a dict.")
+    return {str(y): None for y in ys}
+
+
+def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bool]) -> None:
+    """Raise InvalidRequestError when a ``ys`` blob is an output of none of the ops.
+
+    ``written(name)`` tells whether some op writes blob ``name``.
+    """
+    missing = [y for y in seeds if not written(y)]
+    if missing:
+        raise InvalidRequestError(
+            f"ys names blobs that no op writes: {', '.join(missing)}",
+            [
+                Diagnostic("error", "unknown_ys_blob", f"no op writes blob '{y}'", blobs=(y,))
+                for y in missing
+            ],
+        )
+
+
+def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> None:
+    """Refuse caller-chosen seed names that generation would overwrite or confuse.
+
+    A seed named like a forward blob (one of ``names``, every blob an op reads or writes),
+    or like the gradient netgrad gives another blob (``<x>_grad``), would be overwritten by a
+    forward or gradient op before it is read, and the answer would be silently wrong
+    (upstream accepted such names).
+
+    Raises:
+        InvalidRequestError: listing every offending seed.
+    """
+    problems = []
+    for y, g in seeds.items():
+        for seed in grad_names(g):
+            other = seed[: -len("_grad")] if seed.endswith("_grad") else None
+            if seed in names:
+                why = "is also a forward blob"
+            elif other is not None and other != y and other in names:
+                why = f"is the name netgrad gives the gradient of blob '{other}'"
+            else:
+                continue
+            problems.append(
+                Diagnostic(
+                    "error",
+                    "seed_name_collision",
+                    f"the seed gradient '{seed}' given for '{y}' {why}; choose another name "
+                    f"(e.g. '{y}_grad') or let netgrad seed it (null)",
+                    blobs=(y, seed),
+                )
+            )
+    if problems:
+        raise InvalidRequestError(problems[0].message, problems)

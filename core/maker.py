@@ -1,0 +1,245 @@
+"""What a gradient maker sees, and the OperatorDef / Argument builders makers use.
+
+Source: Caffe2 ``GradientMakerBase`` (``operator_gradient.h``: ``I``, ``O``, ``GO``, ``GI``,
+``SetDense``, ``SetSparse``), ``CreateOperatorDef`` and ``MakeArgument`` (spec §1.4, §2.3).
+:mod:`core.registry` runs the makers it holds with a :class:`GradientMaker` and re-exports
+these names, so op modules keep importing them from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from api_schemas import caffe2_pb2
+from core.errors import GradientError
+from core.types import GradientSlice, GradValue
+
+OperatorDef = caffe2_pb2.OperatorDef
+Argument = caffe2_pb2.Argument
+
+
+def make_op(
+    op_type: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    args: Sequence[Argument] = (),
+    name: str | None = "",
+) -> OperatorDef:
+    """Build an OperatorDef. ``name=None`` leaves ``name`` unset (a raw ``OperatorDef()``)."""
+    op = OperatorDef()
+    op.type = op_type
+    if name is not None:
+        op.name = name
+    op.input.extend(inputs)
+    op.output.extend(outputs)
+    if args:
+        op.arg.extend(args)
+    return op
+
+
+class GradientMaker:
+    """What a gradient maker sees: the forward op, ``g_output`` and Caffe2's helpers.
+
+    Mirrors ``GradientMakerBase`` (spec §2.3): ``I``/``O`` name forward inputs/outputs,
+    ``GO`` reads output gradients, ``GI`` names (and records) input gradients, and
+    ``set_dense``/``set_sparse`` record pass-through gradients without an op.
+
+    Attributes:
+        op: the forward OperatorDef (read-only by convention).
+        g_output: one gradient value per forward output.
+        g_input: one gradient value per forward input, filled by the maker.
+        env: the generation environment (limits, diagnostics, sub-net path); see
+            :class:`core.ir.env.GenEnv`. Control-flow makers recurse through it.
+        input_names, output_names, op_type: ``op.input`` / ``op.output`` as sequences and
+            ``op.type``, read once (every read of a protobuf field builds new Python strings).
+    """
+
+    __slots__ = (
+        "op", "op_type", "g_output", "g_input", "env", "input_reads", "input_names",
+        "output_names",
+    )
+
+    def __init__(
+        self,
+        op: OperatorDef,
+        g_output: Sequence[GradValue],
+        env: Any,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        op_type: str | None = None,
+    ) -> None:
+        self.op = op
+        self.op_type = op.type if op_type is None else op_type
+        self.input_names = op.input[:] if input_names is None else input_names
+        self.output_names = op.output[:] if output_names is None else output_names
+        self.g_output: Sequence[GradValue] = g_output
+        #: forward input positions whose *value* the gradient ops read (via ``I``)
+        self.input_reads: list[int] = []
+        self.g_input: list[GradValue] = [None] * len(self.input_names)
+        self.env = env
+
+    # -- names -----------------------------------------------------------------
+    def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
+        """Name of forward input ``i``; records that the gradient reads its input value.
+
+        For an in-place op the same name is also an output, and the backward pass must know
+        which version the gradient op wants (see ``core.ir.backward``).
+        """
+        self.input_reads.append(i)
+        return self.input_names[i]
+
+    def I_shape(self, i: int) -> str:  # noqa: N802 - Caffe2-style helper name
+        """Name of forward input ``i`` for a gradient op that reads only its shape.
+
+        Unlike :meth:`I`, this does not ask the backward pass for the input's *value*: an
+        in-place op (``Add(x, b -> x)``) keeps the shape, so its later version will do, as
+        upstream accepts.
+        """
+        return self.input_names[i]
+
+    def O(self, i: int) -> str:  # noqa: E743 - Caffe2's name
+        """Name of forward output ``i``.
+
+        Records the read as position ``len(input_names) + i`` of ``input_reads`` when the
+        output is in place (also an input): the backward pass then knows the gradient reads
+        both values of that name (see ``core.ir.versions``).
+        """
+        name = self.output_names[i]
+        if name in self.input_names:
+            self.input_reads.append(len(self.input_names) + i)
+        return name
+
+    def has_go(self, i: int) -> bool:
+        """Whether output ``i`` has any gradient (Caffe2 ``GradOut(i).IsEmpty()`` negated)."""
+        return i < len(self.g_output) and self.g_output[i] is not None
+
+    def GO(self, i: int) -> str:
+        """Dense gradient of output ``i``.
+
+        Raises:
+            GradientError: the gradient is missing or sparse.
+        """
+        g = self.g_output[i] if i < len(self.g_output) else None
+        if g is None:
+            raise GradientError(f"Gradient of output {self.O(i)} is not provided!")
+        if isinstance(g, GradientSlice):
+            raise GradientError(f"Gradient of output {self.O(i)} is sparse (expected dense).")
+        return g
+
+    def GO_I(self, i: int) -> str:
+        """Indices blob of a sparse output gradient."""
+        return self._go_sparse(i).indices
+
+    def GO_V(self, i: int) -> str:
+        """Values blob of a sparse output gradient."""
+        return self._go_sparse(i).values
+
+    def _go_sparse(self, i: int) -> GradientSlice:
+        g = self.g_output[i] if i < len(self.g_output) else None
+        if not isinstance(g, GradientSlice):
+            raise GradientError(f"Gradient of output {self.O(i)} is not sparse.")
+        return g
+
+    def GI(self, i: int) -> str:
+        """Record and return the dense gradient name ``<input>_grad`` of input ``i``.
+
+        When the op reads the same blob at several positions (``Mul(w, w)``), each later
+        position gets its own name ``_<input>_grad_input_<i>``: a maker that uses one input
+        gradient as scratch (tensor-exponent Pow) would otherwise overwrite the other, and
+        the backward pass sums the per-position gradients anyway (spec §2.7). Upstream gave
+        both positions one name.
+        """
+        names = self.input_names
+        base = names[i]
+        name = base + "_grad" if names.index(base) == i else f"_{base}_grad_input_{i}"
+        if isinstance(self.g_input[i], GradientSlice):  # set_dense, inlined: a hot path
+            raise GradientError(f"Input {base} already set to sparse.")
+        self.g_input[i] = name
+        return name
+
+    def set_dense(self, i: int, name: str) -> None:
+        """Record a dense gradient name for input ``i`` (pass-through when no op writes it)."""
+        if isinstance(self.g_input[i], GradientSlice):
+            raise GradientError(f"Input {self.input_names[i]} already set to sparse.")
+        self.g_input[i] = name
+
+    def set_sparse(self, i: int, indices: str, values: str) -> None:
+        """Record a sparse gradient ``GradientSlice(indices, values)`` for input ``i``."""
+        if isinstance(self.g_input[i], str):
+            raise GradientError(f"Input {self.input_names[i]} already set to dense.")
+        self.g_input[i] = GradientSlice(indices, values)
+
+    # -- arguments -------------------------------------------------------------
+    def arg(self, name: str) -> Argument | None:
+        """First forward argument called ``name``, or ``None``."""
+        return find_arg(self.op, name)
+
+    def arg_i(self, name: str, default: int) -> int:
+        """Integer argument ``name`` (field ``i``), or ``default``."""
+        a = self.arg(name)
+        return int(a.i) if a is not None and a.HasField("i") else default
+
+    def arg_f(self, name: str, default: float) -> float:
+        """Float argument ``name`` (``f``, or ``i`` widened), or ``default``."""
+        a = self.arg(name)
+        if a is None:
+            return default
+        if a.HasField("f"):
+            return float(a.f)
+        if a.HasField("i"):
+            return float(a.i)
+        return default
+
+    # -- building ops ----------------------------------------------------------
+    # ``m.make_op(type, inputs, outputs, args=(), name="")``: a new gradient OperatorDef,
+    # built like C++ ``CreateOperatorDef`` (name present). The module function itself, not
+    # a wrapper: one call per op on the hot path.
+    make_op = staticmethod(make_op)
+
+
+def make_arg(name: str, value: Any) -> Argument:
+    """Build an Argument with Caffe2's ``MakeArgument`` typing rules (spec §1.4).
+
+    float -> ``f``; int/bool -> ``i``; str/bytes -> ``s``; NetDef -> ``n``; a list of floats ->
+    ``floats``, of ints -> ``ints``, of str/bytes -> ``strings``, of NetDefs -> ``nets``.
+
+    Raises:
+        TypeError: the value has no Argument encoding.
+    """
+    a = Argument()
+    a.name = name
+    if isinstance(value, bool | int):
+        a.i = int(value)
+    elif isinstance(value, float):
+        a.f = value
+    elif isinstance(value, str):
+        a.s = value.encode("utf-8")
+    elif isinstance(value, bytes):
+        a.s = value
+    elif isinstance(value, caffe2_pb2.NetDef):
+        a.n.CopyFrom(value)
+    elif isinstance(value, list | tuple):
+        items = list(value)
+        if all(isinstance(v, float) for v in items):
+            a.floats.extend(items)
+        elif all(isinstance(v, bool | int) for v in items):
+            a.ints.extend(int(v) for v in items)
+        elif all(isinstance(v, str | bytes) for v in items):
+            a.strings.extend(v.encode("utf-8") if isinstance(v, str) else v for v in items)
+        elif all(isinstance(v, caffe2_pb2.NetDef) for v in items):
+            a.nets.extend(items)
+        else:
+            raise TypeError(f"argument {name}: mixed list has no Argument encoding")
+    else:
+        raise TypeError(f"argument {name}: {type(value).__name__} has no Argument encoding")
+    return a
+
+
+def find_arg(op: OperatorDef | caffe2_pb2.NetDef, name: str) -> Argument | None:
+    """First argument of ``op`` named ``name`` (Caffe2 ``ArgumentHelper``), or ``None``."""
+    for a in op.arg:
+        if a.name == name:
+            return a
+    return None
+

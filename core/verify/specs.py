@@ -1,0 +1,291 @@
+"""What verification is asked and what it answers: input specs, options and reports.
+
+Source: Caffe2 ``gradient_checker.py`` (spec §6) takes NumPy inputs directly; a service takes
+them as literal tensors or seeded random specs, built here (:func:`materialize_inputs`,
+deterministic for a given seed, within the job's tensor limits). The checker itself is
+:mod:`core.verify.checker`; import both through :mod:`core.verify`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from api_schemas import caffe2_pb2
+from core.errors import InvalidRequestError
+from core.executor.limits import RunLimits, check_elements, default_limits
+from core.types import Diagnostic, GradValue
+
+OperatorDef = caffe2_pb2.OperatorDef
+
+MODES = ("fast", "full")
+DISTRIBUTIONS = ("uniform", "normal", "positive", "away_from_zero")
+DTYPES: dict[str, Any] = {
+    "float32": np.float32, "float": np.float32, "FLOAT": np.float32,
+    "float64": np.float64, "double": np.float64, "DOUBLE": np.float64,
+    "int32": np.int32, "INT32": np.int32, "int64": np.int64, "INT64": np.int64,
+    "bool": np.bool_, "BOOL": np.bool_,
+}
+
+# --- request types --------------------------------------------------------------------------
+@dataclass
+class TensorSpec:
+    """A literal input tensor.
+
+    Attributes:
+        shape: dimensions; ``prod(shape)`` values are required.
+        dtype: ``float32``, ``float64``, ``int32``, ``int64`` or ``bool``.
+        data: the values, row-major (a flat or nested list, or an array).
+    """
+
+    shape: list[int]
+    dtype: str = "float64"
+    data: Any = None
+
+
+@dataclass
+class RandomSpec:
+    """A random input tensor.
+
+    Attributes:
+        shape: dimensions.
+        dtype: as :class:`TensorSpec`.
+        distribution: ``uniform`` (``[low, high)``, default ``[-1, 1)``); ``normal``
+            (standard normal, clipped to ``[low, high]`` when given); ``positive`` (uniform
+            in ``[low, high)``, default ``[0.5, 2)``, for Log/Sqrt/divisors); ``away_from_zero``
+            (magnitude uniform in ``[low, high)``, default ``[0.2, 1.5)``, random sign: away
+            from the kinks of Relu/Abs). Integer dtypes draw integers in ``[low, high)``
+            (default ``[0, 10)``); bool draws fair coins.
+        seed: seed of this tensor (default: derived from ``VerifyOptions.seed`` and the
+            input's position).
+        low, high: range parameters (see ``distribution``).
+    """
+
+    shape: list[int]
+    dtype: str = "float64"
+    distribution: str = "normal"
+    seed: int | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass
+class InputSpec:
+    """One fed blob: exactly one of ``tensor`` and ``random``."""
+
+    blob: str
+    tensor: TensorSpec | None = None
+    random: RandomSpec | None = None
+
+    @classmethod
+    def from_array(cls, blob: str, value: Any) -> InputSpec:
+        """An input given as a NumPy array (or anything ``np.asarray`` accepts)."""
+        arr = np.asarray(value)
+        return cls(blob, tensor=TensorSpec(list(arr.shape), str(arr.dtype), arr))
+
+
+@dataclass
+class VerifyOptions:
+    """What to feed, what to check and how.
+
+    Attributes:
+        inputs: fed blobs.
+        mode: ``"fast"`` (random projections) or ``"full"`` (every element).
+        step: finite-difference step ``h`` (default ``1e-6``, or ``1e-3`` when an output is
+            not float64).
+        atol, rtol: tolerances of ``|analytic − numeric| <= atol + rtol·|numeric|``.
+        check: input blobs whose gradient is checked (default: every fed float input).
+        passes: random directions per input in fast mode.
+        seed: seed of the output weights, the fast-mode directions and unseeded inputs.
+        cast_float64: cast fed float inputs to float64 (default true).
+    """
+
+    inputs: list[InputSpec] = field(default_factory=list)
+    mode: str = "fast"
+    step: float | None = None
+    atol: float = 1e-5
+    rtol: float = 1e-3
+    check: list[str] | None = None
+    passes: int = 3
+    seed: int = 0
+    cast_float64: bool = True
+
+
+# --- report types ---------------------------------------------------------------------------
+@dataclass
+class BlobReport:
+    """Comparison for one checked input blob.
+
+    Attributes:
+        blob: the input blob.
+        passed: every compared value was within tolerance.
+        max_abs_error, max_rel_error: over all elements (full) or passes (fast); the
+            relative error is ``|a − n| / max(|a|, |n|)``.
+        worst_index: element with the largest excess over the tolerance (full mode).
+        analytic, numeric: values at the worst element (full) or the worst direction's
+            directional derivatives (fast).
+        gradient: name of the gradient blob (``indices,values`` for a sparse gradient), or
+            ``None`` when none was generated (then the analytic gradient is zero).
+        checked: elements compared (full) or directions (fast).
+        nondifferentiable: the forward run met a non-differentiable point (see diagnostics).
+        note: explanation when something is unusual.
+    """
+
+    blob: str
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: list[int] | None
+    analytic: float | None
+    numeric: float | None
+    gradient: str | None
+    checked: int = 0
+    nondifferentiable: bool = False
+    note: str = ""
+
+
+@dataclass
+class VerifyReport:
+    """The verification verdict: one :class:`BlobReport` per checked blob."""
+
+    passed: bool
+    mode: str
+    step: float
+    atol: float
+    rtol: float
+    blobs: list[BlobReport]
+
+
+@dataclass
+class VerifyResult:
+    """Answer of :func:`verify_net`.
+
+    Attributes:
+        report: the verdict.
+        grad_ops: the gradient ops that were checked.
+        grad_map: blob -> gradient, from gradient generation.
+        diagnostics: generation diagnostics, then the checker's warnings and notes.
+    """
+
+    report: VerifyReport
+    grad_ops: list[OperatorDef]
+    grad_map: dict[str, GradValue]
+    diagnostics: list[Diagnostic]
+
+
+# --- inputs ---------------------------------------------------------------------------------
+def _dtype(name: str, blob: str) -> Any:
+    dt = DTYPES.get(name)
+    if dt is None:
+        raise InvalidRequestError(
+            f"input '{blob}': dtype {name!r} is not one of float32, float64, int32, int64, bool"
+        )
+    return dt
+
+
+def _shape(shape: Sequence[int], blob: str, limits: RunLimits) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise InvalidRequestError(f"input '{blob}': negative dimension in shape {list(dims)}")
+    if any(d > limits.max_elements for d in dims):  # even when another dimension is 0
+        raise InvalidRequestError(
+            f"input '{blob}': dimension above the tensor limit of {limits.max_elements} "
+            f"in shape {list(dims)}"
+        )
+    check_elements(math.prod(dims), f"input blob '{blob}'", limits)
+    return dims
+
+
+def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[int, ...],
+            dt: Any) -> np.ndarray:
+    if spec.distribution not in DISTRIBUTIONS:
+        raise InvalidRequestError(
+            f"input '{blob}': distribution {spec.distribution!r} is not one of "
+            f"{', '.join(DISTRIBUTIONS)}"
+        )
+    kind = np.dtype(dt).kind
+    for bound in (spec.low, spec.high):
+        if bound is not None and not math.isfinite(bound):
+            raise InvalidRequestError(f"input '{blob}': low and high must be finite numbers")
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    if kind in "iu":
+        lo = int(spec.low) if spec.low is not None else 0
+        hi = int(spec.high) if spec.high is not None else 10
+        info = np.iinfo(dt)
+        if hi <= lo or lo < info.min or hi - 1 > info.max:
+            raise InvalidRequestError(
+                f"input '{blob}': need low < high within {np.dtype(dt).name}, got [{lo}, {hi})"
+            )
+        return rng.integers(lo, hi, shape).astype(dt)
+    d = spec.distribution
+    if spec.low is not None and spec.high is not None and spec.low > spec.high:
+        raise InvalidRequestError(
+            f"input '{blob}': low {spec.low} is above high {spec.high}"
+        )
+    defaults = {"uniform": (-1.0, 1.0), "positive": (0.5, 2.0), "away_from_zero": (0.2, 1.5)}
+    if d == "normal":
+        x = rng.standard_normal(shape)
+        if spec.low is not None or spec.high is not None:
+            x = np.clip(x, spec.low, spec.high)
+        return x.astype(dt)
+    lo_f = spec.low if spec.low is not None else defaults[d][0]
+    hi_f = spec.high if spec.high is not None else defaults[d][1]
+    if hi_f <= lo_f or (d != "uniform" and lo_f <= 0):
+        raise InvalidRequestError(
+            f"input '{blob}': {d} needs {'0 < ' if d != 'uniform' else ''}low < high, "
+            f"got [{lo_f}, {hi_f})"
+        )
+    x = rng.uniform(lo_f, hi_f, shape)
+    if d == "away_from_zero":
+        x = x * rng.choice(np.array([-1.0, 1.0]), shape)
+    return x.astype(dt)
+
+
+def materialize_inputs(
+    specs: Sequence[InputSpec], seed: int = 0, limits: RunLimits | None = None
+) -> dict[str, np.ndarray]:
+    """Build the fed arrays of ``specs`` (deterministic for a given ``seed``).
+
+    Raises:
+        InvalidRequestError: duplicate blob, neither/both of tensor and random, unknown dtype
+            or distribution, data size differing from the shape.
+        LimitExceededError: a tensor above ``limits.max_elements``.
+    """
+    limits = limits or default_limits()
+    out: dict[str, np.ndarray] = {}
+    for k, spec in enumerate(specs):
+        blob = spec.blob
+        if blob in out:
+            raise InvalidRequestError(f"input '{blob}' is given twice")
+        if (spec.tensor is None) == (spec.random is None):
+            raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
+        if spec.tensor is not None:
+            t = spec.tensor
+            dt = _dtype(t.dtype, blob)
+            shape = _shape(t.shape, blob, limits)
+            try:
+                data = np.asarray(t.data if t.data is not None else [], dtype=dt).reshape(-1)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidRequestError(f"input '{blob}': bad data: {exc}") from exc
+            if data.size != math.prod(shape):
+                raise InvalidRequestError(
+                    f"input '{blob}': shape {list(shape)} needs {math.prod(shape)} values, "
+                    f"got {data.size}"
+                )
+            out[blob] = data.reshape(shape).copy()
+        else:
+            r = spec.random
+            if r is None:  # unreachable: exactly one of the two was checked above
+                raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
+            dt = _dtype(r.dtype, blob)
+            shape = _shape(r.shape, blob, limits)
+            if r.seed is not None and r.seed < 0:
+                raise InvalidRequestError(f"input '{blob}': seed must be >= 0, got {r.seed}")
+            rng = np.random.default_rng(r.seed if r.seed is not None else (seed, k))
+            out[blob] = np.asarray(_random(r, blob, rng, shape, dt))
+    return out
