@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+# Registers the fuzz tests' hypothesis profiles early enough for a root
+# `pytest --hypothesis-profile=long` (the plugin resolves the name at start-up).
+from tests.fuzz import profiles  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_ROOT.parent / "shared"
 

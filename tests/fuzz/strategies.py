@@ -1,0 +1,571 @@
+"""Hypothesis strategies: random forward Caffe2 nets with ``Do``/``If``/``While``.
+
+:func:`fuzz_cases` draws a :class:`FuzzCase`: a forward NetDef, the ``ys`` to differentiate,
+the fed inputs (explicit float64 tensors, so that a failing case is self-contained) and the
+fed constants that must not be checked (the counters' start value, trip limits, condition
+inputs).
+
+How the nets are built:
+
+* Two tensor kinds: ``M`` (shape [2, 2]) and ``V`` (shape [2]). Elementwise ops keep the kind,
+  binary ops may broadcast ``M`` with ``V``, ``FC``/``MatMul``/``Transpose``/``Softmax`` work on
+  ``M``, ``ReduceSum``/``ReduceMean`` turn an ``M`` into a ``V``; an optional
+  ``AveragedLoss`` ends the net.
+* Every blob has domain flags fixed when it is created (:class:`Val`): ``pos`` (positive, not
+  tiny: safe for ``Sqrt``, ``Log``, ``Div`` and fractional ``Pow``), ``away`` (|v| >= 0.25:
+  no ``Relu``/``Abs`` kink nearby), ``small`` (|v| <~ 2: safe for ``Exp``). A write into an
+  existing blob must produce a value with at least the blob's flags, so a flag stays true
+  for every version of the blob.
+* Inputs of an op are existing blobs (several consumers: gradient accumulation) or fresh fed
+  parameters. The output is a fresh blob, one of the op's inputs (in place, where the op's
+  schema allows it), or another existing blob (an outer blob written without being read).
+* ``Do``, ``If`` and ``While`` wrap random blocks, nested up to :data:`MAX_DEPTH` levels, and
+  are lowered with :mod:`core.control.lowering` (``CreateScope``, ``Do`` wrappers, workspace
+  blobs). A ``Do`` may also bind the blobs its body writes as inputs, the way the ``While``
+  body wrapper does, so that a body that writes an outer blob without reading it still has
+  that blob as an input.
+* ``If`` conditions are ``GT(C_TRUE|C_FALSE, ZERO)`` on fed constants, or inside a loop
+  ``GT(counter, H05|H15|H25)`` (the branch changes with the iteration). A ``While`` is a
+  counting loop: ``counter = Copy(ZERO)``; body ``counter = Sum(counter, ONE)``; condition
+  ``LT(counter, LIMITn)`` with 0 to 3 trips, and the product of the trip counts of nested
+  loops is at most :data:`TRIP_BUDGET`.
+* A blob written inside a loop body but created outside it (a loop-carried blob) is only
+  written by a squashing op (``Tanh``, ``Sigmoid``) or, in place, by ``Scale`` with
+  |scale| <= 1 or ``Negative``, so values stay bounded however many times the loop runs.
+* Sub-nets usually end by writing a blob of an enclosing net, so their work reaches the
+  ``ys``; after a control op, a value it read may be overwritten in place (the control op's
+  gradient must not read the new value, or ``recompute`` must restore the old one). The
+  ``ys`` are blobs the top-level net writes, possibly a ``Sum`` of all of them of one kind
+  and possibly through a final ``AveragedLoss``.
+* Fed blobs are exactly the parameters and constants; each is read (by an op of the
+  top-level net or of a sub-net) before anything writes it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hypothesis import strategies as st
+
+from api_schemas import caffe2_pb2
+from core.control.lowering import add_do_op, add_if_op, add_while_op, external_blob_names
+from core.registry import make_arg, make_op
+from core.verify import InputSpec, TensorSpec
+
+NetDef = caffe2_pb2.NetDef
+OperatorDef = caffe2_pb2.OperatorDef
+Argument = caffe2_pb2.Argument
+
+#: Shapes of the two tensor kinds.
+SHAPES: dict[str, list[int]] = {"M": [2, 2], "V": [2]}
+#: Deepest nesting of control ops.
+MAX_DEPTH = 4
+#: Most trips of one loop.
+MAX_TRIPS = 3
+#: Largest product of the trip counts of nested loops (a zero-trip loop counts as one).
+TRIP_BUDGET = 9
+ZERO, ONE = "ZERO", "ONE"
+
+
+@dataclass(frozen=True)
+class Val:
+    """What the generator knows about a float blob.
+
+    Attributes:
+        kind: ``"M"`` or ``"V"`` (see :data:`SHAPES`).
+        pos: every value is positive and not tiny.
+        away: every value has magnitude >= 0.25.
+        small: every value has magnitude below about 2.
+        level: number of enclosing loops where the blob was created.
+    """
+
+    kind: str
+    pos: bool = False
+    away: bool = False
+    small: bool = False
+    level: int = 0
+
+    def meets(self, need: str) -> bool:
+        """Whether the value meets an input requirement: ``""``, ``pos``, ``away``, ``small``."""
+        return need == "" or bool(getattr(self, need))
+
+    def covers(self, other: Val) -> bool:
+        """Whether a value with these flags may overwrite a blob with ``other``'s flags."""
+        return (
+            self.kind == other.kind
+            and (self.pos or not other.pos)
+            and (self.away or not other.away)
+            and (self.small or not other.small)
+        )
+
+
+class FuzzCase:
+    """One drawn example.
+
+    Attributes:
+        net: the forward NetDef.
+        ys: blobs differentiated (the loss is a random weighted sum of them).
+        inputs: fed blobs, explicit float64 tensors.
+        constants: fed blobs that are constants, never checked.
+        recompute: generate with ``recompute=True``.
+        seed: seed of the checker's loss weights.
+    """
+
+    def __init__(self, net: NetDef, ys: list[str], inputs: list[InputSpec],
+                 constants: list[str], recompute: bool, seed: int) -> None:
+        self.net = net
+        self.ys = ys
+        self.inputs = inputs
+        self.constants = constants
+        self.recompute = recompute
+        self.seed = seed
+
+    @property
+    def checked(self) -> list[str]:
+        """The fed blobs whose gradients are checked: every fed blob but the constants."""
+        return [s.blob for s in self.inputs if s.blob not in self.constants]
+
+    def listing(self) -> str:
+        """A readable listing of the net (see :func:`listing`)."""
+        return listing(self.net)
+
+    def __repr__(self) -> str:
+        # hypothesis prints the drawn argument: keep it short (the note has the listing)
+        return (f"FuzzCase(ys={self.ys}, recompute={self.recompute}, seed={self.seed}, "
+                f"{len(self.net.op)} top-level ops, fed {[s.blob for s in self.inputs]})")
+
+
+@dataclass
+class _Block:
+    """A net being generated: the top-level net or a sub-net."""
+
+    net: NetDef
+    visible: dict[str, None]  # float blobs of this net and its enclosing nets
+    control: list[str]  # counters in scope
+    depth: int  # enclosing control ops
+    loops: int  # enclosing While ops
+    trips: int  # product of the enclosing loops' trip counts
+    counter: str | None  # counter of the innermost loop
+    written: dict[str, None] = field(default_factory=dict)  # float blobs written here
+    outer: frozenset[str] = frozenset()  # float blobs of the enclosing nets
+
+
+@dataclass
+class _Draft:
+    """An op before its output is chosen."""
+
+    type: str
+    inputs: list[str]
+    out: Val
+    args: list[Argument] = field(default_factory=list)
+    inplace: tuple[int, ...] = ()  # input positions the output may alias
+    squash: bool = False  # the output is bounded whatever the input (Tanh, Sigmoid)
+    contractive: bool = False  # in place, |y| <= |x| (Scale with |s| <= 1, Negative)
+
+
+def _hundredths(draw: st.DrawFn, lo: int, hi: int) -> float:
+    """A value in [lo, hi] hundredths, shrinking towards ``lo``."""
+    return draw(st.integers(lo, hi)) / 100.0
+
+
+class _Gen:
+    """Draws one net; ``draw`` is hypothesis' draw function."""
+
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
+        self.vals: dict[str, Val] = {}
+        self.params: dict[str, tuple[str, list[float]]] = {}
+        self.consts: dict[str, float] = {}
+        self.count = 0
+
+    # -- names ---------------------------------------------------------------------------
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def const(self, name: str, value: float) -> str:
+        self.consts[name] = value
+        return name
+
+    def param(self, kind: str, need: str) -> str:
+        """A fresh fed parameter meeting ``need``."""
+        name = self.fresh("p")
+        n = math.prod(SHAPES[kind])
+        values: list[float] = []
+        for _ in range(n):
+            if need == "pos":
+                values.append(_hundredths(self.draw, 50, 200))
+            elif need == "away":
+                mag = _hundredths(self.draw, 25, 150)
+                values.append(-mag if self.draw(st.booleans()) else mag)
+            else:
+                values.append(self.draw(st.integers(-150, 150)) / 100.0)
+        self.params[name] = (kind, values)
+        self.vals[name] = Val(kind, pos=need == "pos", away=need in ("pos", "away"), small=True)
+        return name
+
+    def scope(self, b: _Block) -> list[str]:
+        return list(dict.fromkeys([*b.visible, *self.params, *self.consts, *b.control]))
+
+    def child(self, b: _Block, prefix: str, *, loop: bool = False, trips: int = 1,
+              counter: str | None = None) -> _Block:
+        net = NetDef()
+        net.name = self.fresh(prefix)
+        return _Block(
+            net,
+            dict(b.visible),
+            [*b.control, *([counter] if counter else [])],
+            b.depth + 1,
+            b.loops + (1 if loop else 0),
+            b.trips * max(trips, 1),
+            counter if loop else b.counter,
+            outer=frozenset(b.visible),
+        )
+
+    # -- inputs --------------------------------------------------------------------------
+    def pick(self, b: _Block, kind: str, need: str = "") -> str:
+        """An existing blob of ``kind`` meeting ``need``, or a fresh parameter."""
+        names = dict.fromkeys([*reversed(b.visible), *reversed(self.params)])
+        cands = [n for n in names if self.vals[n].kind == kind and self.vals[n].meets(need)]
+        k = self.draw(st.integers(0, len(cands)))  # shrinks towards the newest blob
+        return cands[k] if k < len(cands) else self.param(kind, need)
+
+    # -- drafts --------------------------------------------------------------------------
+    def unary(self, op_type: str, x: str, exponent: float = 2.0) -> _Draft | None:
+        """A one-input op on ``x``, or ``None`` when ``x``'s domain does not suit it."""
+        v = self.vals[x]
+        k, small = v.kind, v.small
+        if op_type == "Tanh":
+            return _Draft("Tanh", [x], Val(k, small=True), inplace=(0,), squash=True)
+        if op_type == "Sigmoid":
+            return _Draft("Sigmoid", [x], Val(k, pos=small, small=True), inplace=(0,),
+                          squash=True)
+        if op_type == "Scale":
+            s = self.draw(st.sampled_from([0.5, -0.5, 2.0, -1.5]))
+            out = Val(k, pos=v.pos and s > 0, away=v.away and abs(s) >= 1,
+                      small=small and abs(s) <= 1)
+            return _Draft("Scale", [x], out, [make_arg("scale", s)], (0,),
+                          contractive=abs(s) <= 1)
+        if op_type == "Negative":
+            return _Draft("Negative", [x], Val(k, away=v.away, small=small), inplace=(0,),
+                          contractive=True)
+        if op_type == "Copy":
+            return _Draft("Copy", [x], Val(k, v.pos, v.away, small), inplace=(0,))
+        if op_type == "Exp":
+            return _Draft("Exp", [x], Val(k, pos=True), inplace=(0,)) if small else None
+        if op_type == "Sqrt":
+            if not v.pos:
+                return None
+            return _Draft("Sqrt", [x], Val(k, pos=True, small=small), inplace=(0,))
+        if op_type == "Log":
+            return _Draft("Log", [x], Val(k), inplace=(0,)) if v.pos else None
+        if op_type == "Pow":
+            e = exponent
+            if e not in (2.0, 3.0) and not v.pos:
+                return None
+            out = Val(k, pos=v.pos or (e == 2.0 and v.away))
+            # In place, Pow's gradient recovers X from Y = X^e, which needs X > 0.
+            return _Draft("Pow", [x], out, [make_arg("exponent", e)], (0,) if v.pos else ())
+        if op_type == "Relu":
+            return _Draft("Relu", [x], Val(k, small=small)) if v.away else None
+        if op_type == "Abs":
+            return _Draft("Abs", [x], Val(k, pos=True, away=True, small=small)) if v.away else None
+        if op_type == "Transpose" and k == "M":
+            args = [make_arg("axes", [1, 0])] if self.draw(st.booleans()) else []
+            return _Draft("Transpose", [x], Val(k, v.pos, v.away, small), args, (0,))
+        if op_type == "Softmax" and k == "M":
+            return _Draft("Softmax", [x], Val(k, pos=small, small=True))
+        return None
+
+    def draft(self, b: _Block) -> _Draft:
+        """A random op reading blobs of ``b``."""
+        family = self.draw(st.sampled_from([
+            "unary", "binary", "unary", "sum", "broadcast", "unary", "fc", "matmul", "reduce",
+        ]))
+        if family == "unary":
+            op_type = self.draw(st.sampled_from([
+                "Tanh", "Scale", "Pow", "Sqrt", "Sigmoid", "Negative", "Copy", "Exp", "Log",
+                "Pow", "Sqrt", "Relu", "Abs", "Transpose", "Softmax",
+            ]))
+            need = {"Exp": "small", "Sqrt": "pos", "Log": "pos", "Relu": "away",
+                    "Abs": "away"}.get(op_type, "")
+            kind = "M" if op_type in ("Transpose", "Softmax") else self.kind()
+            e = 2.0
+            if op_type == "Pow":
+                e = self.draw(st.sampled_from([2.0, 3.0, 0.5, -1.0, 1.5]))
+                # fractional exponents need X > 0; so does an in-place Pow's gradient
+                if e not in (2.0, 3.0) or self.draw(st.booleans()):
+                    need = "pos"
+            d = self.unary(op_type, self.pick(b, kind, need), e)
+            if d is None:  # the requirement above makes this unreachable
+                raise RuntimeError(f"generator bug: no {op_type} draft for the picked input")
+            return d
+        if family in ("binary", "broadcast"):
+            op_type = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+            ka, kb = ("M", "V") if family == "broadcast" else (self.kind(),) * 2
+            a = self.pick(b, ka)
+            c = self.pick(b, kb, "pos" if op_type == "Div" else "")
+            va, vb = self.vals[a], self.vals[c]
+            both_pos = va.pos and vb.pos
+            out = Val(ka, pos=both_pos and op_type != "Sub")
+            return _Draft(op_type, [a, c], out, inplace=(0,) if family == "broadcast" else (0, 1))
+        if family == "sum":
+            op_type = self.draw(st.sampled_from(["Sum", "Mean"]))
+            kind = self.kind()
+            n = self.draw(st.integers(2, 4))
+            ins = [self.pick(b, kind) for _ in range(n)]
+            vs = [self.vals[i] for i in ins]
+            out = Val(kind, pos=all(v.pos for v in vs),
+                      small=op_type == "Mean" and all(v.small for v in vs))
+            return _Draft(op_type, ins, out, inplace=(0,))
+        if family == "fc":
+            x, w, bias = self.pick(b, "M"), self.pick(b, "M"), self.pick(b, "V")
+            return _Draft("FC", [x, w, bias], Val("M"))
+        if family == "matmul":
+            a, c = self.pick(b, "M"), self.pick(b, "M")
+            args = [make_arg(n, 1) for n in ("trans_a", "trans_b") if self.draw(st.booleans())]
+            return _Draft("MatMul", [a, c], Val("M"), args, inplace=(0, 1))
+        op_type = self.draw(st.sampled_from(["ReduceSum", "ReduceMean"]))
+        x = self.pick(b, "M")
+        v = self.vals[x]
+        args = [make_arg("axes", [self.draw(st.integers(0, 1))]), make_arg("keepdims", 0)]
+        out = Val("V", pos=v.pos, small=op_type == "ReduceMean" and v.small)
+        return _Draft(op_type, [x], out, args)
+
+    def kind(self) -> str:
+        return self.draw(st.sampled_from(["M", "V"]))
+
+    # -- outputs -------------------------------------------------------------------------
+    def writable(self, b: _Block, name: str, d: _Draft, in_place: bool) -> bool:
+        """Whether ``d`` may write into the existing blob ``name``."""
+        v = self.vals[name]
+        if not d.out.covers(v):
+            return False
+        if v.level < b.loops:  # loop-carried: keep it bounded across iterations
+            return d.squash or (in_place and d.contractive)
+        return True
+
+    def emit(self, b: _Block, d: _Draft, force_fresh: bool = False,
+             outward: bool = False) -> str:
+        """Choose the output of ``d`` (fresh, in place, or an existing blob) and append it.
+
+        With ``outward``, the output is a blob of an enclosing net (or a parameter) when
+        ``d`` may write one, so that the sub-net's work leaves it.
+        """
+        alias = [
+            d.inputs[j] for j in d.inplace
+            if all(k in d.inplace for k, n in enumerate(d.inputs) if n == d.inputs[j])
+            and self.writable(b, d.inputs[j], d, True)
+        ]
+        names = dict.fromkeys([*b.visible, *self.params])
+        over = [n for n in names if n not in d.inputs and self.writable(b, n, d, False)]
+        if outward:
+            alias = [n for n in alias if n in b.outer or n in self.params]
+            over = [n for n in over if n in b.outer or n in self.params]
+        choices = ["fresh", "fresh"] + (["alias"] if alias else []) + (["over"] if over else [])
+        if outward and len(choices) > 2:
+            choices = choices[2:]
+        how = "fresh" if force_fresh else self.draw(st.sampled_from(choices))
+        if how == "alias":
+            out = self.draw(st.sampled_from(alias))
+        elif how == "over":
+            out = self.draw(st.sampled_from(over))
+        else:
+            out = self.fresh("v")
+            self.vals[out] = replace(d.out, level=b.loops)
+            b.visible[out] = None
+        b.net.op.append(make_op(d.type, d.inputs, [out], d.args))
+        b.written[out] = None
+        return out
+
+    # -- statements ----------------------------------------------------------------------
+    def fill(self, b: _Block, n: int) -> None:
+        for _ in range(n):
+            self.statement(b)
+
+    def statement(self, b: _Block) -> None:
+        kinds = ["op", "op", "op"]
+        if b.depth < MAX_DEPTH:
+            kinds += ["do", "if", "while"]
+        kind = self.draw(st.sampled_from(kinds))
+        if kind == "op":
+            self.emit(b, self.draft(b))
+            return
+        if kind == "do":
+            self.do_statement(b)
+        elif kind == "if":
+            self.if_statement(b)
+        else:
+            self.while_statement(b)
+        ctrl = b.net.op[-1]
+        float_ins = [n for n in ctrl.input if n in self.vals]
+        for n in ctrl.output:
+            if n in self.vals:
+                b.written[n] = None
+        self.overwrite_after(b, float_ins)
+
+    def overwrite_after(self, b: _Block, read: list[str]) -> None:
+        """Maybe overwrite, in place, a value that the control op just appended read."""
+        if not read or not self.draw(st.booleans()):
+            return
+        name = self.draw(st.sampled_from(read))
+        op_type = self.draw(st.sampled_from(["Scale", "Tanh", "Sigmoid", "Negative"]))
+        d = self.unary(op_type, name)
+        if d is not None and self.writable(b, name, d, True):
+            b.net.op.append(make_op(d.type, d.inputs, [name], d.args))
+            b.written[name] = None
+
+    def body(self, b: _Block) -> None:
+        """Statements of a sub-net, usually ending with a write into an enclosing net's blob."""
+        self.fill(b, self.draw(st.integers(1, 3)))
+        if self.draw(st.integers(0, 3)):  # 3 times in 4
+            if b.loops:  # loop-carried blobs are written by squashing ops only
+                op_type = self.draw(st.sampled_from(["Tanh", "Sigmoid"]))
+                d = self.unary(op_type, self.pick(b, self.kind()))
+                if d is None:  # unreachable: Tanh and Sigmoid take any input
+                    raise RuntimeError("generator bug: no squashing draft")
+            else:
+                d = self.draft(b)
+            self.emit(b, d, outward=True)
+
+    def do_statement(self, b: _Block) -> None:
+        body = self.child(b, "do_body")
+        self.body(body)
+        if self.draw(st.booleans()):
+            add_do_op(b.net, self.scope(b), body.net)
+        else:
+            add_do_op_binding_outputs(b.net, self.scope(b), body.net)
+
+    def if_statement(self, b: _Block) -> None:
+        cond = self.fresh("cond")
+        if b.counter is not None and self.draw(st.booleans()):
+            h = self.draw(st.sampled_from([0.5, 1.5, 2.5]))
+            th = self.const(f"H{int(h * 10):02d}", h)
+            b.net.op.append(make_op("GT", [b.counter, th], [cond]))
+        else:
+            taken = self.draw(st.booleans())
+            c = self.const("C_TRUE" if taken else "C_FALSE", 1.0 if taken else -1.0)
+            b.net.op.append(make_op("GT", [c, self.const(ZERO, 0.0)], [cond]))
+        then = self.child(b, "then")
+        self.body(then)
+        else_net = None
+        if self.draw(st.booleans()):
+            other = self.child(b, "else")
+            self.body(other)
+            else_net = other.net
+        add_if_op(b.net, cond, [*self.scope(b), cond], then.net, else_net)
+
+    def while_statement(self, b: _Block) -> None:
+        room = max(1, TRIP_BUDGET // b.trips)
+        trips = self.draw(st.integers(0, min(MAX_TRIPS, room)))
+        limit = self.const(f"LIMIT{trips}", float(trips))
+        counter = self.fresh("cnt")
+        b.net.op.append(make_op("Copy", [self.const(ZERO, 0.0)], [counter]))
+        body = self.child(b, "loop_body", loop=True, trips=trips, counter=counter)
+        body.net.op.append(make_op("Sum", [counter, self.const(ONE, 1.0)], [counter]))
+        self.body(body)
+        cond = self.fresh("wcond")
+        cond_net = NetDef()
+        cond_net.name = self.fresh("loop_cond")
+        cond_net.op.append(make_op("LT", [counter, limit], [cond]))
+        add_while_op(b.net, cond, [*self.scope(b), counter], body.net, cond_net)
+
+    # -- the case ------------------------------------------------------------------------
+    def case(self) -> FuzzCase:
+        top = _Block(NetDef(), {}, [], 0, 0, 1, None)
+        top.net.name = "fuzz"
+        self.fill(top, self.draw(st.integers(1, 6)))
+        if not top.written:
+            self.emit(top, self.draft(top), force_fresh=True)
+        written = list(top.written)
+        ys: list[str] = []
+        for kind in ("M", "V"):  # a sum of every written blob: everything reaches the loss
+            names = [n for n in written if self.vals[n].kind == kind]
+            if len(names) >= 2 and self.draw(st.booleans()):
+                total = self.fresh("all")
+                top.net.op.append(make_op("Sum", names, [total]))
+                ys.append(total)
+        ys += self.draw(st.lists(st.sampled_from(written[::-1]), min_size=0 if ys else 1,
+                                 max_size=2, unique=True))
+        if self.draw(st.booleans()):
+            loss = self.fresh("loss")
+            top.net.op.append(make_op("AveragedLoss", [ys[0]], [loss]))
+            ys = [loss, *ys[1:]]
+        inputs = [
+            InputSpec(name, tensor=TensorSpec(list(SHAPES[kind]), "float64", values))
+            for name, (kind, values) in self.params.items()
+        ]
+        inputs += [
+            InputSpec(name, tensor=TensorSpec([], "float64", [value]))
+            for name, value in self.consts.items()
+        ]
+        return FuzzCase(
+            top.net,
+            ys,
+            inputs,
+            list(self.consts),
+            self.draw(st.booleans()),
+            self.draw(st.integers(0, 3)),
+        )
+
+
+def add_do_op_binding_outputs(net: NetDef, lexical_scope: list[str], body: NetDef) -> None:
+    """Append ``CreateScope`` and a ``Do`` that binds the blobs ``body`` writes as inputs too.
+
+    The bindings are those of the ``While`` body wrapper of ``add_while_op`` (inputs are the
+    body's external inputs plus its external outputs), without ``copy_external_blobs``. A
+    body that writes an outer blob without reading it then still has it as a ``Do`` input:
+    the gradient of that input must be zero.
+    """
+    ins, outs = external_blob_names(body, lexical_scope)
+    ins = list(dict.fromkeys(ins + outs))
+    used = {n for op in net.op for n in (*op.input, *op.output)}
+    ws, k = f"{net.name or 'net'}/workspace_do", 0
+    while ws in used:
+        ws, k = f"{net.name or 'net'}/workspace_do_auto_{k}", k + 1
+    outer = ins + outs
+    inner = list(dict.fromkeys(outer))
+    args = [
+        make_arg("net", body),
+        make_arg("inner_blobs", inner),
+        make_arg("outer_blobs_idx", [outer.index(n) for n in inner]),
+    ]
+    net.op.append(make_op("CreateScope", [], [ws]))
+    net.op.append(make_op("Do", [*ins, ws], [*outs, ws], args))
+
+
+@st.composite
+def fuzz_cases(draw: st.DrawFn) -> FuzzCase:
+    """Strategy of :class:`FuzzCase`: a random forward net with control flow, and its inputs."""
+    return _Gen(draw).case()
+
+
+# --- a readable listing of a net ---------------------------------------------------------
+_SUBNET_ARGS = ("net", "then_net", "else_net", "loop_net", "cond_net")
+
+
+def _arg_text(a: Argument) -> str:
+    if a.HasField("f"):
+        return f"{a.name}={a.f:g}"
+    if a.HasField("i"):
+        return f"{a.name}={a.i}"
+    if len(a.ints):
+        return f"{a.name}={list(a.ints)}"
+    if len(a.strings):
+        return f"{a.name}={[s.decode() for s in a.strings]}"
+    return a.name
+
+
+def listing(net: NetDef, indent: str = "") -> str:
+    """The ops of ``net`` one per line, ``Type(inputs) -> outputs  args``, sub-nets indented."""
+    lines: list[str] = []
+    for op in net.op:
+        args = [_arg_text(a) for a in op.arg if a.name not in _SUBNET_ARGS]
+        line = f"{indent}{op.type}({', '.join(op.input)}) -> {', '.join(op.output)}"
+        lines.append(line + (f"  [{'; '.join(args)}]" if args else ""))
+        for a in op.arg:
+            if a.name in _SUBNET_ARGS and a.HasField("n"):
+                lines.append(f"{indent}  {a.name} '{a.n.name}':")
+                lines.append(listing(a.n, indent + "    "))
+    return "\n".join(line for line in lines if line)
