@@ -12,12 +12,10 @@ beats our own code, even a slower one).
 from __future__ import annotations
 
 import base64
-import math
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from google.protobuf import descriptor, json_format, message
+from google.protobuf import json_format, message
 
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
@@ -27,19 +25,6 @@ M = TypeVar("M", bound=message.Message)
 #: Deepest message nesting the reference parser follows (client bytes are depth-checked
 #: before; see ``core.proto.limits``).
 MAX_MESSAGE_DEPTH = 1000
-
-_FD = descriptor.FieldDescriptor
-_INT64 = {_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64}
-_FLOAT_MAX = 3.4028234663852886e38
-_DOUBLE_MAX = 1.7976931348623157e308
-_MISSING = object()
-_INF = math.inf
-_DECIMAL = re.compile(r"-?[0-9]+\Z")
-
-
-class _Fallback(Exception):
-    """The fast path does not handle this value; the reference decides."""
-
 
 def _text(b: bytes, where: str) -> str:
     try:
