@@ -154,6 +154,22 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
             continue
         target = kwargs if entry.inline_in is None else inlined.setdefault(entry.inline_in, {})
         target[entry.field.name] = converted
+    chosen: dict[str, str] = {}
+    for key, value in obj.items():  # at most one member of a oneof (e.g. tensor | random)
+        entry = keys.get(key)
+        if entry is None or value is None:
+            continue
+        oneof = entry.field.containing_oneof
+        if oneof is None or len(oneof.fields) < 2:
+            continue
+        if oneof.name in chosen and chosen[oneof.name] != entry.field.name:
+            here = f"{path}.{key}" if path else key
+            problems.append(_Invalid(
+                "invalid_field", here,
+                f"give only one of {', '.join(f.name for f in oneof.fields)} "
+                f"(also given: {chosen[oneof.name]})",
+            ).diagnostic)
+        chosen.setdefault(oneof.name, entry.field.name)
     for entry in keys.values():
         name = entry.field.name
         if entry.opts.required and name not in given:

@@ -174,8 +174,9 @@ class BackwardPass(GradientRecord):
         if problems:
             cls = error_types[0] if len(set(error_types)) == 1 else GradientError
             first = problems[0].message
+            n_ops = len({(p.path, p.op_index) for p in problems})
             head = first if len(problems) == 1 else (
-                f"{len(problems)} ops on the backward path failed; the first: "
+                f"{len(problems)} problems at {n_ops} op(s) on the backward path; the first: "
                 + first.split("\n", 1)[0]
             )
             raise cls(head, problems)

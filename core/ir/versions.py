@@ -208,7 +208,7 @@ class VersionedSSA(ForwardSSA):
             if not self._same_value(nm, self.frontier[nm], v):
                 inner = self._recompute_obstacle(nm, v)
                 if inner is not None:
-                    return f"re-running {where} needs {inner}"
+                    return f"{inner} (re-running {where} needs it)"
         return None
 
     def _recompute_advice(self, name: str, version: int) -> str:

@@ -62,6 +62,9 @@ OperatorDef = caffe2_pb2.OperatorDef
 KINK_MARGIN = 10.0
 _KINK_OPS = ("Relu", "LeakyRelu", "PRelu", "Abs")
 _MAXPOOL_OPS = ("MaxPool", "MaxPool1D", "MaxPool2D", "MaxPool3D")
+_COMPARISON_OPS = ("LT", "LE", "GT", "GE", "EQ", "NE")
+#: Most random directions one fast-mode check may take per input.
+MAX_PASSES = 1000
 
 
 # --- non-differentiable points --------------------------------------------------------------
@@ -87,6 +90,14 @@ class _KinkScanner:
             dist = np.abs(inputs[0]).reshape(-1)
         elif op.type in _MAXPOOL_OPS:
             dist = _maxpool_gaps(op, inputs[0])
+        elif op.type in _COMPARISON_OPS and len(inputs) == 2:
+            # a comparison on a tie (a loop counter reaching its limit, an If condition at
+            # its threshold) jumps under any perturbation: the net is not differentiable there
+            try:
+                dist = np.abs(np.asarray(inputs[0], dtype=np.float64)
+                              - np.asarray(inputs[1], dtype=np.float64)).reshape(-1)
+            except ValueError:  # shapes the kernel itself will refuse
+                dist = None
         if dist is not None and dist.size:
             k = min(1000, dist.size)
             smallest = np.partition(dist, k - 1)[:k] if k < dist.size else dist
@@ -405,8 +416,8 @@ def _validate(opts: VerifyOptions) -> None:
         raise InvalidRequestError(f"step must be a positive number, got {opts.step}")
     if not (opts.atol >= 0 and opts.rtol >= 0):
         raise InvalidRequestError("atol and rtol must be >= 0")
-    if opts.passes < 1:
-        raise InvalidRequestError(f"passes must be >= 1, got {opts.passes}")
+    if not 1 <= opts.passes <= MAX_PASSES:
+        raise InvalidRequestError(f"passes must be in 1..{MAX_PASSES}, got {opts.passes}")
     if opts.seed < 0:
         raise InvalidRequestError(f"seed must be >= 0, got {opts.seed}")
 

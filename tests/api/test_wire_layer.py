@@ -226,3 +226,20 @@ def test_a_key_that_is_not_utf8_is_quoted_safely(client: TestClient) -> None:
     body = assert_problem(r, 400)
     assert any(e["code"] == "unknown_field" for e in body["errors"])
     still_serving(client)
+
+
+def test_two_members_of_one_oneof_are_a_400() -> None:
+    """An input given as both ``tensor`` and ``random`` is refused, naming the field path."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
+        r = c.post("/v1/run", json={
+            "net": {"op": [{"type": "Relu", "input": ["X"], "output": ["Z"]}]},
+            "fetch": ["X"],
+            "inputs": [{"blob": "X", "tensor": {"shape": [1], "data": [5]},
+                        "random": {"shape": [3]}}],
+        })
+    assert r.status_code == 400, r.text
+    (err,) = r.json()["errors"]
+    assert err["path"] == "inputs[0].random" and "only one of tensor, random" in err["message"]

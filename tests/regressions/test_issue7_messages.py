@@ -67,3 +67,23 @@ def test_the_http_problem_carries_the_advice() -> None:
     assert r.status_code == 422, r.text
     (err,) = r.json()["errors"]
     assert CANNOT in err["message"] and (err["op_index"], err["op_type"]) == (0, "Mul")
+
+
+def test_a_loop_counter_on_its_limit_is_reported_as_non_differentiable() -> None:
+    """Checking a float loop counter: its comparison sits on a tie (counter == LIMIT at the
+    end), so a mismatch there is flagged, not a silent false alarm (walkthrough finding)."""
+    import numpy as np
+
+    from core.verify import InputSpec, VerifyOptions, verify_net
+    from tests.regressions.issue7_nets import while_body_overwrites_carried
+
+    case = while_body_overwrites_carried(2)
+    feeds = case.all_feeds()
+    opts = VerifyOptions(inputs=[InputSpec.from_array(k, np.asarray(v)) for k, v in
+                                 feeds.items()], mode="full", check=["counter", "a"])
+    res = verify_net(case.net, ["loss"], opts)
+    by_blob = {b.blob: b for b in res.report.blobs}
+    assert by_blob["a"].passed
+    assert by_blob["counter"].nondifferentiable
+    assert any(d.code == "nondifferentiable_point" and d.op_type == "LT"
+               for d in res.diagnostics)
