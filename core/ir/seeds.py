@@ -55,11 +55,14 @@ def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> N
         InvalidRequestError: listing every offending seed.
     """
     problems = []
+    auto = {f"{y}_autogen_grad": y for y, g in seeds.items() if g is None}
     for y, g in seeds.items():
         for seed in grad_names(g):
             other = seed[: -len("_grad")] if seed.endswith("_grad") else None
             if seed in names:
                 why = "is also a forward blob"
+            elif seed in auto:
+                why = f"is the all-ones seed netgrad generates for '{auto[seed]}'"
             elif other is not None and other != y and other in names:
                 why = f"is the name netgrad gives the gradient of blob '{other}'"
             else:

@@ -179,10 +179,21 @@ class VersionedSSA(ForwardSSA):
     def _recompute_obstacle(self, name: str, version: int) -> str | None:
         """Why ``recompute`` cannot rebuild ``name`` at ``version`` (``None``: it can).
 
-        Mirrors :meth:`_recompute` without emitting anything.
+        Mirrors :meth:`_recompute` without emitting anything. Memoized per (name, version):
+        producers that share ancestors (``Mul(x, x -> x)`` repeated) would otherwise cost
+        one call per path, exponential in the chain length.
         """
         if (name, version) in self._recomputed:
             return None
+        memo = self.__dict__.setdefault("_obstacles", {})
+        key = (name, version)
+        if key not in memo:
+            memo[key] = None  # a cycle cannot occur (versions only grow); guards re-entry
+            memo[key] = self._find_obstacle(name, version)
+        return memo[key]
+
+    def _find_obstacle(self, name: str, version: int) -> str | None:
+        """:meth:`_recompute_obstacle` without the memo."""
         p = self.producer(name, version)
         if p is None:
             if self.env.path:
@@ -203,7 +214,7 @@ class VersionedSSA(ForwardSSA):
                 else "an op that cannot be re-run to the same value (random or stateful)"
             )
             return f"'{name}' (version {version}) was produced by {where}, {kind}"
-        for nm in self.op_inputs[p]:
+        for nm in dict.fromkeys(self.op_inputs[p]):
             v = self.in_versions[p][nm]
             if not self._same_value(nm, self.frontier[nm], v):
                 inner = self._recompute_obstacle(nm, v)

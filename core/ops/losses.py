@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
+from core.errors import GradientError
 from core.ops._args import get_bool, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.ops.nn import softmax_rows
@@ -98,7 +99,20 @@ def softmax_with_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     "SoftmaxWithLoss", op_schema=schema((2, 3), 2, inplace=False), doc="softmax + cross entropy"
 )
 def softmax_with_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SoftmaxWithLossGradient([X, labels, (weights), P, d_loss] → [dX])``."""
+    """``SoftmaxWithLossGradient([X, labels, (weights), P, d_loss] → [dX])``.
+
+    Like Caffe2's, the gradient op uses only the loss gradient. A gradient reaching the
+    probabilities ``P`` would be dropped silently, so it is refused (breaker finding).
+
+    Raises:
+        GradientError: ``P`` has a gradient.
+    """
+    if m.has_go(0):
+        raise GradientError(
+            f"SoftmaxWithLoss's gradient uses only the gradient of its loss output "
+            f"'{m.O(1)}'; the gradient that reaches its probabilities '{m.O(0)}' would be "
+            "dropped. Compute the probabilities with a separate Softmax op for that use."
+        )
     ins = [m.I(0), m.I(1), m.O(0), m.GO(1)]
     if len(m.op.input) == 3:
         ins.insert(2, m.I(2))
