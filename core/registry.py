@@ -38,7 +38,7 @@ from core.maker import GradientMaker
 from core.maker import find_arg as find_arg
 from core.maker import make_arg as make_arg
 from core.maker import make_op as make_op
-from core.types import GradientSlice, GradValue
+from core.types import GradientSlice, GradValue, grad_names
 
 if TYPE_CHECKING:
     import numpy as np
@@ -398,6 +398,8 @@ def gradient_for_op_detailed(
         if ops:
             _mark_gradient_ops(op, e, ops)
     g_input = m.g_input
+    if env is not None and e.status is GradientStatus.GRADIENT:
+        _warn_dropped(op.type, g_output, output_names, ops, g_input, env)
     if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
@@ -430,6 +432,38 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
             g.engine = engine
         if args is not None:
             g.arg.extend(args)
+
+
+def _warn_dropped(
+    op_type: str,
+    g_output: Sequence[GradValue],
+    output_names: Sequence[str],
+    ops: Sequence[OperatorDef],
+    g_input: Sequence[GradValue],
+    env: Any,
+) -> None:
+    """Warn when a gradient reaching an output is not used by the op's gradient at all.
+
+    Caffe2's makers ignore the gradients of some outputs (SpatialBN's running statistics,
+    LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
+    output does not flow further; the answer says so instead of dropping it silently.
+    """
+    used: set[str] = {n for g in ops for n in g.input}
+    for g in g_input:
+        used.update(grad_names(g))
+    dropped = [
+        out for out, g in zip(output_names, g_output, strict=False)
+        if g is not None and not set(grad_names(g)) & used
+    ]
+    if dropped and hasattr(env, "warn"):
+        env.warn(
+            "dropped_output_gradient",
+            f"{op_type}'s gradient does not use the gradient of output(s) "
+            f"{', '.join(dropped)}: nothing flows back through them",
+            op_index=getattr(env, "op_index", None),
+            op_type=op_type,
+            blobs=dropped,
+        )
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:

@@ -35,3 +35,16 @@ def test_softmax_with_loss_refuses_a_gradient_on_its_probabilities() -> None:
     p = info.value.problems[0]
     assert (p.op_index, p.op_type) == (0, "SoftmaxWithLoss") and "'P'" in p.message
     gradient_for_net(net, ["L"])  # the loss alone still works
+
+
+def test_a_gradient_the_maker_ignores_is_reported() -> None:
+    """Dropout's mask gets no gradient flow: a gradient reaching it is named in a warning."""
+    from core.api import gradient_for_op
+    from core.registry import make_arg
+
+    op = make_op("Dropout", ["x"], ["y", "mask"], [make_arg("ratio", 0.5)])
+    res = gradient_for_op(op, ["y_grad", "mask_grad"])
+    (warn,) = [d for d in res.diagnostics if d.code == "dropped_output_gradient"]
+    assert warn.blobs == ("mask",) and warn.op_type == "Dropout"
+    assert not [d for d in gradient_for_op(op, ["y_grad", None]).diagnostics
+                if d.code == "dropped_output_gradient"]
