@@ -123,25 +123,20 @@ def probe(name: str) -> str | None:
 
 
 # --- parent side ---------------------------------------------------------------------------
-class Tree:
-    """A worker process timing cases with the ``core`` of ``root``."""
+class Worker:
+    """A worker process answering timing requests (one JSON line in, one JSON line out).
 
-    def __init__(self, label: str, root: Path) -> None:
+    Its first line is a greeting (returned by :meth:`hello`); ``{"case": name}`` is answered
+    with ``{"s": seconds}``.
+    """
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+                 label: str = "worker") -> None:
         self.label = label
-        env = dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED="0")
-        # This file runs as the worker script in both trees (the baseline may predate it);
-        # PYTHONPATH puts the tree's own ``core`` (and ``bench.nets``) first.
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker"],
-            cwd=root,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
-        hello = self._read()
-        if Path(hello["core"]) != (root / "core").resolve():
-            raise SystemExit(f"{label}: imported {hello['core']}, not {root / 'core'}")
+        self.hello = self._read()
 
     def _read(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -162,6 +157,19 @@ class Tree:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait()
+
+
+class Tree(Worker):
+    """A worker process timing cases with the ``core`` of ``root``."""
+
+    def __init__(self, label: str, root: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED="0")
+        # This file runs as the worker script in both trees (the baseline may predate it);
+        # PYTHONPATH puts the tree's own ``core`` (and ``bench.nets``) first.
+        super().__init__([sys.executable, str(Path(__file__).resolve()), "--worker"], root,
+                         env, label)
+        if Path(self.hello["core"]) != (root / "core").resolve():
+            raise SystemExit(f"{label}: imported {self.hello['core']}, not {root / 'core'}")
 
 
 def measure(trees: list[Tree], cases: list[str], rounds: int) -> dict[tuple[str, str], float]:

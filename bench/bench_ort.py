@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -103,36 +102,6 @@ def ort_worker() -> None:
         print(json.dumps({"s": best}), flush=True)
 
 
-class Worker:
-    """A worker process answering timing requests (one JSON line in, one out)."""
-
-    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        self._read()
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit("worker died")
-        return dict(json.loads(line))
-
-    def time(self, case: str) -> float:
-        """Best seconds per call of ``case`` in one request."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"case": case}) + "\n")
-        self.proc.stdin.flush()
-        return float(self._read()["s"])
-
-    def close(self) -> None:
-        """Stop the worker."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def main() -> None:
     """Parse the command line, run both workers and print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -149,6 +118,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import os
 
+    from bench.bench_generation import Worker  # not at top: the ORT worker runs this file
     from bench.nets import mlp
 
     netgrad = Worker(
