@@ -20,6 +20,7 @@ from app.api import docs
 from app.api.routes import gradients, health, operators, run, verify
 from app.errors import install_handlers
 from app.settings import Settings, get_settings
+from core.ops import load_all
 from core.proto.limits import DECODER_MAX_DEPTH
 
 log = logging.getLogger("netgrad")
@@ -114,6 +115,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Every op module and the control ops register now, not on the first request: a
+        # reinstall under a running server (the README's second command) must not turn
+        # later requests into import errors.
+        load_all()
         pool = _start_pool(app.dependency_overrides.get(get_settings, get_settings)())
         app.state.pool = pool
         _freeze_startup_objects()
