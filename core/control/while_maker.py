@@ -80,13 +80,18 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     # reaches it. Upstream seeded only blobs with an incoming gradient and dropped that
     # part; netgrad gives such blobs zero seeds and differentiates the body again.
     inputs_after_cond = set(op.input[1:])
-    zero_seeds = [
-        o
-        for o in op.output
-        if o != workspace and o in inputs_after_cond and o not in seeds and o in sub.grad_map
-    ]
+    # Repeated to a fixed point: a zero seed can make the body's gradient reach another
+    # carried blob (a zero-trip loop must still define its gradient; fuzzer finding).
     pre_ops: list[OperatorDef] = []
-    if zero_seeds:
+    while True:
+        zero_seeds = [
+            o
+            for o in op.output
+            if o != workspace and o in inputs_after_cond and o not in seeds
+            and o in sub.grad_map
+        ]
+        if not zero_seeds:
+            break
         for o in zero_seeds:
             seeds[o] = f"_{o}_grad_while_zero"
             pre_ops.append(
