@@ -15,58 +15,48 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import TYPE_CHECKING
 
 from api_schemas import caffe2_pb2
 from core.ir.env import GenEnv
 from core.registry import find_arg, make_op
 from core.types import GradientSlice
 
-if TYPE_CHECKING:
-    from core.ir.generators import GradGen
-
 OperatorDef = caffe2_pb2.OperatorDef
+DeviceOption = caffe2_pb2.DeviceOption
 
 
-def densify_generators(
+def densify_slices(
     name: str,
-    gens: Sequence[GradGen],
+    slices: Sequence[tuple[GradientSlice, DeviceOption | None]],
     grad_ops: list[OperatorDef],
     env: GenEnv,
     forward_ops: Sequence[OperatorDef],
-) -> list[GradGen]:
-    """Dense generators for ``gens``: each sparse one replaced by a ``SparseToDense`` output.
+) -> list[str]:
+    """Make each sparse gradient of ``name`` dense with a ``SparseToDense`` op.
 
     Args:
-        name: the forward blob whose gradients meet.
-        gens: its gradient generators (sparse and dense), in emission order.
-        grad_ops: the gradient ops emitted so far; the ``SparseToDense`` ops are appended.
+        name: the forward blob whose sparse and dense gradients meet.
+        slices: its sparse gradients, each with the device option of its writer.
+        grad_ops: the gradient ops emitted so far; the ``SparseToDense`` ops are appended
+            (placed on the device of the sparse gradient's writer).
         env: generation environment (diagnostics, per-request counters).
         forward_ops: the forward ops (to find a fill op giving ``name``'s shape).
 
     Returns:
-        The generators with every sparse one replaced by a pass-through dense generator of
-        the densified blob ``_<name>_grad_densified_<k>`` (unique per request).
+        One dense blob per slice, ``_<name>_grad_densified_<k>`` (unique per request),
+        shaped like ``name`` (float, as the slice's values).
     """
-    from core.ir.generators import GradGen  # (the module that calls this one)
-
-    out: list[GradGen] = []
     made: list[str] = []
-    for g in gens:
-        gs = g.gradient
-        if not isinstance(gs, GradientSlice):
-            out.append(g)
-            continue
+    for gs, device in slices:
         key = "\0densify:" + name
         k = env.counters.get(key, 0)
         env.counters[key] = k + 1
         dense = f"_{name}_grad_densified_{k}"
         op = make_op("SparseToDense", [gs.indices, gs.values, name], [dense])
-        if g.device is not None:
-            op.device_option.CopyFrom(g.device)
+        if device is not None:
+            op.device_option.CopyFrom(device)
         grad_ops.append(op)
         made.append(dense)
-        out.append(GradGen(None, 0, dense, g.device))
     numel = _known_numel(name, forward_ops)
     each = f"{numel} elements" if numel is not None else f"numel({name}) elements"
     env.warn(
@@ -76,7 +66,7 @@ def densify_generators(
         f"of {each} each ({', '.join(made)})",
         blobs=(name, *made),
     )
-    return out
+    return made
 
 
 def _known_numel(name: str, forward_ops: Sequence[OperatorDef]) -> int | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
-from core.ir.densify import densify_generators
+from core.ir.densify import densify_slices
 from core.ir.env import GenEnv
 from core.ir.renaming import g_name, rename_input, rename_output
 from core.ir.versions import VersionedSSA
@@ -207,7 +207,12 @@ class GradientRecord(VersionedSSA):
                         blobs=(name,),
                         code="mixed_sparse_dense",
                     )
-                gens = densify_generators(name, gens, grad_ops, self.env, self.ops)
+                sparse = [
+                    (g.gradient, g.device) for g in gens if isinstance(g.gradient, GradientSlice)
+                ]
+                made = iter(densify_slices(name, sparse, grad_ops, self.env, self.ops))
+                gens = [g if not g.sparse else GradGen(None, 0, next(made), g.device)
+                        for g in gens]
                 dense = [True] * len(gens)
             if len(gens) < 2:
                 continue
