@@ -70,24 +70,29 @@ class _Net:
         return self.net
 
 
-def dlrm_net() -> caffe2_pb2.NetDef:
-    """The DLRM-style training net (forward ops; ``loss`` is the scalar to differentiate)."""
+def dlrm_net(n_tables: int = len(TABLES), top_hidden: int = TOP[1]) -> caffe2_pb2.NetDef:
+    """The DLRM-style training net (forward ops; ``loss`` is the scalar to differentiate).
+
+    ``n_tables`` / ``top_hidden`` scale it (the benchmark uses 26 tables, as Criteo's 26
+    sparse features); the file holds the default.
+    """
     n = _Net("dlrm")
+    f = 1 + n_tables
     n.inputs += ["dense_x", "label", "tril_indices"]
     x = n.mlp("dense_x", "bot", BOT, last_relu=True)
     bags = []
-    for t in range(len(TABLES)):
+    for t in range(n_tables):
         n.params.append(f"emb_{t}")
         n.inputs += [f"sparse_idx_{t}", f"sparse_len_{t}"]
         bags.append(n.op("SparseLengthsSum", [f"emb_{t}", f"sparse_idx_{t}", f"sparse_len_{t}"],
                          [f"emb_{t}_bag"]))
     cat = n.op("Concat", [x, *bags], ["int_cat", "int_cat_info"], axis=1)
-    t3 = n.op("Reshape", [cat], ["int_t", "int_t_old_shape"], shape=[-1, F, D])
+    t3 = n.op("Reshape", [cat], ["int_t", "int_t_old_shape"], shape=[-1, f, D])
     z = n.op("BatchMatMul", [t3, t3], ["int_z"], trans_b=1)
     zflat = n.op("Flatten", [z], ["int_z_flat"], axis=1)
     zuniq = n.op("BatchGather", [zflat, "tril_indices"], ["int_z_tril"])
     r = n.op("Concat", [x, zuniq], ["top_in", "top_in_info"], axis=1)
-    logits = n.mlp(r, "top", TOP, last_relu=False)
+    logits = n.mlp(r, "top", [D + f * (f - 1) // 2, top_hidden, 1], last_relu=False)
     xent = n.op("SigmoidCrossEntropyWithLogits", [logits, "label"], ["xent"])
     n.op("AveragedLoss", [xent], ["loss"])
     return n.done(["loss"])
