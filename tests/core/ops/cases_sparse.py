@@ -135,3 +135,27 @@ CASES: list[OpCase] = [
         ["Y", "kept"],
     ),
 ]
+
+CASES += [
+    OpCase("AddPadding", [OpInput("X", (5, 2))], ["Y"]),
+    OpCase(
+        "AddPadding",
+        [OpInput("X", (5, 2)), OpInput("L", sampler=const([2, 0, 3], I32)),
+         OpInput("start", (2,)), OpInput("end", (2,))],
+        ["Y", "L_out"],
+        {"padding_width": 2, "end_padding_width": 1},
+        id="_start_end",
+    ),
+    OpCase(
+        "AddPadding",
+        [OpInput("X", (5, 2)), OpInput("L", sampler=const([2, 3], I32)), OpInput("pad", (2,))],
+        ["Y", "L_out"],
+        id="_one_padding_both_ends",
+    ),
+    OpCase(
+        "RemovePadding",
+        [OpInput("X", (9, 2)), OpInput("L", sampler=const([4, 2, 3], I32))],
+        ["Y", "L_out"],
+    ),
+    OpCase("RemovePadding", [OpInput("X", (6, 2))], ["Y"], {"padding_width": 2}, id="_one_range"),
+]
