@@ -1,6 +1,7 @@
-"""Sequence padding ops: AddPadding, RemovePadding and the gradient op GatherPadding.
+"""Sequence ops: AddPadding, RemovePadding (gradient op GatherPadding) and SequenceMask.
 
-Source: Caffe2 ``sequence_ops.cc`` (spec §5.3). A tensor ``(N, ...)`` is cut into ranges
+Source: Caffe2 ``sequence_ops.cc`` and ``boolean_mask_ops.cc`` (spec §5.3). SequenceMask: see
+:func:`sequence_mask`. A tensor ``(N, ...)`` is cut into ranges
 along its first dimension by ``lengths`` (one range of ``N`` rows without it):
 
 * ``AddPadding([data, (lengths, start_padding, end_padding)] -> [out, (lengths_out)])``: each
@@ -23,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from core.errors import GradientError
-from core.ops._args import check_numel, get_int
+from core.ops._args import check_numel, get_float, get_int, get_str
 from core.ops.elementwise import expect_inputs, kernel_error
 from core.registry import (
     GradientMaker,
     OperatorDef,
+    make_arg,
     register_gradient,
     register_kernel,
     schema,
@@ -157,3 +159,80 @@ def gather_padding(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         end += dy[off + int(n) - epw : off + int(n)].sum(axis=0)
         off += int(n)
     return [start, end] if len(op.output) > 1 else [start + end]
+
+
+# --- SequenceMask ----------------------------------------------------------------------------
+# X viewed as [N, M] (N = dims before ``axis``, M = dims from it) or, with ``batch``, as
+# [B, N, M] masked per batch; entry (i, j) becomes fill_val (0 with ``grad``) where the mode
+# says: sequence j >= lengths[i]; window |j - centers[i]| > radius; upper j > i; lower j < i;
+# upperdiag j >= i; lowerdiag j <= i. ``repeat_from_axis`` repeats the sequence mask over the
+# trailing dims. Grad: SequenceMask([dY(, lengths)] -> [dX]) with the forward args plus
+# grad=1 (Caffe2 GetSequenceMaskGradient, which copies no other args).
+
+
+def _seq_mask(op: OperatorDef, inputs: list[Array], n: int, m: int) -> Array:
+    """Boolean [n, m]: where to fill."""
+    mode = get_str(op, "mode", "sequence")
+    i = np.arange(n)[:, None]
+    j = np.arange(m)[None, :]
+    if mode in ("sequence", "window"):
+        if len(inputs) < 2:
+            raise kernel_error(op, f"mode '{mode}' needs a second input", inputs)
+        v = np.asarray(inputs[1]).reshape(-1).astype(np.int64)
+        if v.size < n:
+            raise kernel_error(op, "Out of bound.", inputs)
+        if mode == "sequence":
+            return np.asarray(j >= v[:n, None])
+        r = get_int(op, "radius", 10)
+        return np.asarray((j > v[:n, None] + r) | (j < v[:n, None] - r))
+    tri = {"upper": j > i, "lower": j < i, "upperdiag": j >= i, "lowerdiag": j <= i}
+    if mode not in tri:
+        raise kernel_error(op, f"Unsupported mode for SequenceMaskOp: {mode}")
+    return np.asarray(tri[mode])
+
+
+def _axis(op: OperatorDef, name: str, default: int, ndim: int) -> int:
+    a = get_int(op, name, default)
+    a = a + ndim if a < 0 else a
+    if not 0 <= a < ndim:
+        raise kernel_error(op, f"{name} {get_int(op, name, default)} out of range")
+    return a
+
+
+@register_kernel("SequenceMask")
+def sequence_mask(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[X (float)(, lengths | centers (int))] -> [X masked]``; args ``mode`` ('sequence'),
+    ``axis`` (1), ``batch``, ``repeat_from_axis``, ``radius`` (10), ``fill_val`` (-inf),
+    ``grad`` (fill with 0)."""
+    expect_inputs(op, inputs, 1, 2)
+    x = np.asarray(inputs[0])
+    if x.ndim == 0:
+        raise kernel_error(op, "input must have at least 1 dimension", inputs)
+    ca = _axis(op, "axis", 1, x.ndim)
+    fill = 0.0 if get_int(op, "grad", 0) else get_float(op, "fill_val", -np.inf)
+    shape = x.shape
+    if any(a.name == "batch" for a in op.arg):
+        cb = _axis(op, "batch", 0, x.ndim)
+        if cb >= ca:
+            raise kernel_error(op, "batch must come before axis", inputs)
+        b = int(np.prod(shape[: cb + 1], dtype=np.int64))
+        n = int(np.prod(shape[cb + 1 : ca], dtype=np.int64))
+        m = int(np.prod(shape[ca:], dtype=np.int64))
+        mask = np.broadcast_to(_seq_mask(op, inputs, n, m), (b, n, m))
+    elif any(a.name == "repeat_from_axis" for a in op.arg):
+        rf = _axis(op, "repeat_from_axis", 0, x.ndim)
+        n = int(np.prod(shape[:ca], dtype=np.int64))
+        d = int(np.prod(shape[rf:], dtype=np.int64))
+        m = int(np.prod(shape[ca:], dtype=np.int64)) // max(d, 1)
+        mask = np.repeat(_seq_mask(op, inputs, n, m)[:, :, None], d, axis=2)
+    else:
+        n = int(np.prod(shape[:ca], dtype=np.int64))
+        mask = _seq_mask(op, inputs, n, int(np.prod(shape[ca:], dtype=np.int64)))
+    return [np.where(mask.reshape(shape), np.asarray(fill, dtype=x.dtype), x)]
+
+
+@register_gradient("SequenceMask", op_schema=schema((1, 2), 1, False), copy_arguments=False)
+def sequence_mask_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``SequenceMask([dY(, lengths)] -> [dX])``, forward args + ``grad=1`` (zeros masked)."""
+    ins = [m.GO(0)] + ([m.I(1)] if len(m.input_names) > 1 else [])
+    return [m.make_op("SequenceMask", ins, [m.GI(0)], [*m.op.arg, make_arg("grad", 1)])]

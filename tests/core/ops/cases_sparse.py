@@ -159,3 +159,35 @@ CASES += [
     ),
     OpCase("RemovePadding", [OpInput("X", (6, 2))], ["Y"], {"padding_width": 2}, id="_one_range"),
 ]
+
+CASES += [
+    OpCase(
+        "SequenceMask",
+        [OpInput("X", (3, 4)), OpInput("L", sampler=const([2, 0, 4], I32))],
+        ["Y"],
+        {"fill_val": -5.0},
+    ),
+    OpCase(
+        "SequenceMask",
+        [OpInput("X", (2, 3, 4)), OpInput("L", sampler=const([1, 3, 2], I32))],
+        ["Y"],
+        {"axis": 2, "batch": 0, "fill_val": 0.5},
+        id="_batch",
+    ),
+    OpCase(
+        "SequenceMask",
+        [OpInput("X", (2, 3, 2)), OpInput("L", sampler=const([1, 3], I32))],
+        ["Y"],
+        {"axis": 1, "repeat_from_axis": 2, "fill_val": 0.0},
+        id="_repeat",
+    ),
+    OpCase(
+        "SequenceMask",
+        [OpInput("X", (3, 5)), OpInput("C", sampler=const([0, 2, 4], I32))],
+        ["Y"],
+        {"mode": "window", "radius": 1, "fill_val": 0.0},
+        id="_window",
+    ),
+    OpCase("SequenceMask", [OpInput("X", (3, 3))], ["Y"], {"mode": "upperdiag", "fill_val": 1.0},
+           id="_upperdiag"),
+]

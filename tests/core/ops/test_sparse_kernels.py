@@ -102,3 +102,13 @@ def test_device_copy_of_dense_gradient_is_one_copy_back() -> None:
         ("CopyCPUToGPU", ["Y_grad"], ["X_grad"])
     ]
     assert g == ["X_grad"]
+
+
+def test_sequence_mask_modes() -> None:
+    x = np.arange(6.0).reshape(2, 3)
+    out = run("SequenceMask", [x, np.array([1, 3], np.int32)])[0]
+    assert np.isneginf(out[0, 1:]).all() and out[0, 0] == 0 and (out[1] == x[1]).all()
+    grad = run("SequenceMask", [x, np.array([1, 3], np.int32)], grad=1)[0]
+    np.testing.assert_allclose(grad, [[0, 0, 0], [3, 4, 5]])
+    lower = run("SequenceMask", [np.ones((3, 3))], mode="lower", fill_val=0.0)[0]
+    np.testing.assert_allclose(lower, np.triu(np.ones((3, 3))))
