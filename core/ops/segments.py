@@ -351,3 +351,75 @@ def lengths_tile_grad(m: GradientMaker) -> list[OperatorDef]:
     """``LengthsSum([dY, LENGTHS] -> [dDATA])`` (Caffe2 ``GetLengthsTileGradient``)."""
     return [m.make_op("LengthsSum", [m.GO(0), m.I(1)], [m.GI(0)])]
 
+
+
+# --- SortedSegmentRange{Sum, Mean, Max, LogSumExp, LogMeanExp} ----------------------------
+# Segments as SortedSegment* (sorted, contiguous, from 0; none empty by construction);
+# OUTPUT[k] = sum | mean | max | log Σ exp | log mean exp of the segment's rows.
+# Grad SortedSegmentRange<R>Gradient([DATA, OUTPUT, dY, SEGMENT_IDS] -> [dDATA]), per row i
+# of segment k: dY_k · (1 | 1/n_k | [x_i == y_k] (ties all get it) | exp(x_i - y_k)
+# | exp(x_i - y_k) / n_k) (Caffe2 AbstractSortedSegmentRangeDef::GetGradient).
+
+_RANGE = ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")
+
+
+def _range_forward(reducer: str) -> Any:
+    def kernel(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+        """``[DATA (N, ...), SEGMENT_IDS (N,)] -> [OUTPUT (K, ...)]``."""
+        expect_inputs(op, inputs, 2)
+        data = np.asarray(inputs[0])
+        if data.ndim == 0:
+            raise kernel_error(op, "DATA must have at least 1 dimension", inputs)
+        seg, k = _sorted_segments(op, inputs[1], data.shape[0])
+        x = data.astype(np.float64)
+        out = np.empty((k, *data.shape[1:]), dtype=np.float64)
+        for s in range(k):
+            rows = x[seg == s]
+            if reducer == "Sum":
+                out[s] = rows.sum(axis=0)
+            elif reducer == "Mean":
+                out[s] = rows.mean(axis=0)
+            elif reducer == "Max":
+                out[s] = rows.max(axis=0)
+            else:
+                top = rows.max(axis=0)
+                lse = top + np.log(np.exp(rows - top).sum(axis=0))
+                out[s] = lse - np.log(rows.shape[0]) if reducer == "LogMeanExp" else lse
+        return [out.astype(data.dtype)]
+
+    return kernel
+
+
+def _range_gradient(reducer: str) -> Any:
+    def kernel(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+        """``[DATA, OUTPUT, dY, SEGMENT_IDS] -> [dDATA]``."""
+        expect_inputs(op, inputs, 4)
+        data, out, dy = (np.asarray(inputs[i]) for i in range(3))
+        seg, k = _sorted_segments(op, inputs[3], data.shape[0] if data.ndim else -1)
+        if out.shape != dy.shape or dy.shape != (k, *data.shape[1:]):
+            raise kernel_error(op, "DATA, OUTPUT and dY shapes disagree", inputs)
+        g, y = dy[seg], out[seg]
+        n = np.bincount(seg, minlength=k)[seg].reshape((-1,) + (1,) * (data.ndim - 1))
+        if reducer == "Sum":
+            dx = g
+        elif reducer == "Mean":
+            dx = g / n
+        elif reducer == "Max":
+            dx = np.where(data == y, g, 0)
+        else:
+            dx = g * np.exp(data - y) / (n if reducer == "LogMeanExp" else 1)
+        return [np.asarray(dx).astype(dy.dtype)]
+
+    return kernel
+
+
+def _range_maker(m: GradientMaker) -> list[OperatorDef]:
+    """``SortedSegmentRange<R>Gradient([DATA, OUTPUT, dY, SEGMENT_IDS] -> [dDATA])``."""
+    name = m.op_type + "Gradient"
+    return [m.make_op(name, [m.I(0), m.O(0), m.GO(0), m.I(1)], [m.GI(0)])]
+
+
+for _red in _RANGE:
+    register_kernel(f"SortedSegmentRange{_red}")(_range_forward(_red))
+    register_gradient(f"SortedSegmentRange{_red}", op_schema=schema(2, 1, False))(_range_maker)
+    register_kernel(f"SortedSegmentRange{_red}Gradient", gradient_op=True)(_range_gradient(_red))

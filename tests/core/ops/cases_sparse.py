@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.core.ops.opcase import OpCase, OpInput, const, distinct
+from tests.core.ops.opcase import OpCase, OpInput, const, distinct, normal
 
 I64 = np.int64
 I32 = np.int32
@@ -190,4 +190,10 @@ CASES += [
     ),
     OpCase("SequenceMask", [OpInput("X", (3, 3))], ["Y"], {"mode": "upperdiag", "fill_val": 1.0},
            id="_upperdiag"),
+]
+
+CASES += [
+    OpCase(f"SortedSegmentRange{r}",
+           [OpInput("D", (5, 2), distinct if r == "Max" else normal), SORTED], ["Y"])
+    for r in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")
 ]
