@@ -1,7 +1,8 @@
 """Sparse, embedding and sequence-packing ops: kernels and gradient makers.
 
 Source: Caffe2 ``sparse_to_dense_op.cc``, ``sparse_to_dense_mask_op.{h,cc}``,
-``batch_gather_ops.cc``, ``copy_op.cc``, ``utility_ops.cc`` (Alias), ``pack_segments.cc``,
+``batch_gather_ops.cc``, ``batch_sparse_to_dense_op.cc``, ``copy_op.cc``, ``utility_ops.cc``
+(Alias), ``pack_segments.cc``,
 ``reverse_packed_segs_op.cc``, ``boolean_mask_ops.cc`` (spec §5.3). One paragraph per op:
 the maths in a comment, the forward kernel, Caffe2's gradient maker, the gradient op's kernel.
 Indices and lengths are int32/int64 tensors; values keep their dtype. Gradients that Caffe2
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.ops._args import check_numel, get_bool, get_int, get_ints
+from core.ops._args import get_float as get_float_arg
 from core.ops.elementwise import expect_inputs, kernel_error
 from core.registry import (
     GradientMaker,
@@ -336,3 +338,71 @@ def boolean_mask_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     out = np.zeros((mask.size, *dy.shape[1:]), dtype=dy.dtype)
     out[mask] = dy
     return [out]
+
+
+# --- BatchSparseToDense / BatchDenseToSparse -------------------------------------------------
+# Row i of a [B, D] matrix holds values at columns indices[off_i : off_i + lengths[i]]:
+# BatchSparseToDense([lengths, indices, values(, like)]) -> dense (default_value elsewhere;
+# D = dense_last_dim or like's last dim); BatchDenseToSparse([lengths, indices, dense]) ->
+# values. Each is the other's gradient (Caffe2 GetBatch{SparseToDense,DenseToSparse}Gradient:
+# BatchDenseToSparse([lengths, indices, dY]) -> dValues; BatchSparseToDense([lengths,
+# indices, dY, dense]) -> dDense). A column repeated within a row is refused (Caffe2 requires
+# none: the forward keeps the last value while its gradient would go to every copy).
+
+
+def _batch_columns(op: OperatorDef, inputs: list[Array], d: int) -> tuple[Array, Array]:
+    ln = _lengths(op, inputs[0])
+    idx = _ints(op, inputs[1], "indices")
+    if int(ln.sum()) != idx.size:
+        raise kernel_error(op, f"lengths sum to {int(ln.sum())}, indices hold {idx.size}", inputs)
+    if idx.size and (idx.min() < 0 or idx.max() >= d):
+        raise kernel_error(op, f"An indice is outside the last dim of dense ({d})", inputs)
+    rows = np.repeat(np.arange(ln.size), ln)
+    flat = rows * d + idx
+    if np.unique(flat).size != flat.size:
+        raise kernel_error(op, "indices must not repeat within a row", inputs)
+    return rows, idx
+
+
+@register_kernel("BatchSparseToDense")
+def batch_sparse_to_dense(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[lengths (B,), indices (L,), values (L,)(, like (B, D))] -> [dense (B, D)]``."""
+    expect_inputs(op, inputs, 3, 4)
+    vals = np.asarray(inputs[2])
+    if len(inputs) == 4:
+        d = int(np.asarray(inputs[3]).shape[-1])
+    else:
+        d = get_int(op, "dense_last_dim", -1)
+        if d < 0:
+            raise kernel_error(op, "needs dense_last_dim or output_shape_inference", inputs)
+    rows, idx = _batch_columns(op, inputs, d)
+    if vals.shape != idx.shape:
+        raise kernel_error(op, "values must be shaped like indices", inputs)
+    b = np.asarray(inputs[0]).size
+    check_numel((b, d), op)
+    out = np.full((b, d), get_float_arg(op, "default_value", 0.0), dtype=vals.dtype)
+    out[rows, idx] = vals
+    return [out]
+
+
+@register_gradient("BatchSparseToDense", op_schema=schema((3, 4), 1, False))
+def batch_sparse_to_dense_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``BatchDenseToSparse([lengths, indices, dY] -> [dValues])``."""
+    return [m.make_op("BatchDenseToSparse", [m.I(0), m.I(1), m.GO(0)], [m.GI(2)])]
+
+
+@register_kernel("BatchDenseToSparse")
+def batch_dense_to_sparse(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[lengths (B,), indices (L,), dense (B, D)] -> [values (L,)]``."""
+    expect_inputs(op, inputs, 3)
+    dense = np.asarray(inputs[2])
+    if dense.ndim != 2 or dense.shape[0] != np.asarray(inputs[0]).size:
+        raise kernel_error(op, "dense must be [len(lengths), D]", inputs)
+    rows, idx = _batch_columns(op, inputs, dense.shape[1])
+    return [dense[rows, idx]]
+
+
+@register_gradient("BatchDenseToSparse", op_schema=schema(3, 1, False))
+def batch_dense_to_sparse_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``BatchSparseToDense([lengths, indices, dY, dense] -> [dDense])`` (zeros elsewhere)."""
+    return [m.make_op("BatchSparseToDense", [m.I(0), m.I(1), m.GO(0), m.I(2)], [m.GI(2)])]

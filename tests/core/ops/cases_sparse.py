@@ -197,3 +197,14 @@ CASES += [
            [OpInput("D", (5, 2), distinct if r == "Max" else normal), SORTED], ["Y"])
     for r in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")
 ]
+
+_BL = OpInput("L", sampler=const([2, 0, 3], I64))
+_BI = OpInput("I", sampler=const([3, 0, 1, 4, 0], I64))
+CASES += [
+    OpCase("BatchSparseToDense", [_BL, _BI, OpInput("V", (5,))], ["Y"],
+           {"dense_last_dim": 5, "default_value": 0.5}),
+    OpCase("BatchSparseToDense", [_BL, _BI, OpInput("V", (5,)),
+                                  OpInput("like", sampler=const(np.zeros((3, 6))))],
+           ["Y"], id="_like"),
+    OpCase("BatchDenseToSparse", [_BL, _BI, OpInput("D", (3, 5))], ["V"]),
+]
