@@ -91,3 +91,15 @@ def test_reader_ops_stop_silently() -> None:
         assert REGISTRY[t].status is GradientStatus.NO_GRADIENT, t
         ops, g_input = get_gradient_for_op(make_op(t, ["X"], ["Y"]), ["Y_grad"])
         assert (ops, g_input) == ([], [None])
+
+
+def test_executor_names_the_nearest_types_for_an_unknown_op() -> None:
+    from api_schemas import caffe2_pb2
+    from core.errors import ExecutionError
+    from core.executor.executor import validate_net
+
+    net = caffe2_pb2.NetDef()
+    net.op.append(make_op("Rleu", ["X"], ["Y"]))
+    with pytest.raises(ExecutionError, match="did you mean Relu") as err:
+        validate_net(net)
+    assert err.value.problems[0].op_type == "Rleu"
