@@ -423,3 +423,55 @@ for _red in _RANGE:
     register_kernel(f"SortedSegmentRange{_red}")(_range_forward(_red))
     register_gradient(f"SortedSegmentRange{_red}", op_schema=schema(2, 1, False))(_range_maker)
     register_kernel(f"SortedSegmentRange{_red}Gradient", gradient_op=True)(_range_gradient(_red))
+
+
+# --- LengthsTopK -------------------------------------------------------------------------
+# Per segment of DATA (1-D, cut by LENGTHS): the k largest values, largest first (ties: lower
+# position first), padded with 0 and index -1. Grad LengthsTopKGradient([LENGTHS, TopKIndices,
+# dTopK] -> [dDATA]): dTopK[i, j] goes to the position it came from, 0 elsewhere.
+
+
+@register_kernel("LengthsTopK")
+def lengths_top_k(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[DATA (L,), LENGTHS (N,) int] -> [TopKValue (N, k), TopKIndices int32 (N, k)]``."""
+    expect_inputs(op, inputs, 2)
+    data = np.asarray(inputs[0])
+    k = get_int(op, "k", -1)
+    if data.ndim != 1 or k <= 0:
+        raise kernel_error(op, "DATA must be 1-D and arg k positive", inputs)
+    seg, n = segments_of_lengths(op, inputs[1], data.size)
+    check_numel((n, k), op)
+    vals = np.zeros((n, k), dtype=data.dtype)
+    idx = np.full((n, k), -1, dtype=np.int32)
+    for i in range(n):
+        part = data[seg == i]
+        order = np.lexsort((np.arange(part.size), -part))[:k]
+        vals[i, : order.size] = part[order]
+        idx[i, : order.size] = order
+    return [vals, idx]
+
+
+@register_gradient("LengthsTopK", op_schema=schema(2, 2, False))
+def lengths_top_k_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``LengthsTopKGradient([LENGTHS, TopKIndices, dTopK] -> [dDATA])``."""
+    return [m.make_op("LengthsTopKGradient", [m.I(1), m.O(1), m.GO(0)], [m.GI(0)])]
+
+
+@register_kernel("LengthsTopKGradient", gradient_op=True)
+def lengths_top_k_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[LENGTHS (N,), TopKIndices (N, k), dTopK (N, k)] -> [dDATA (sum LENGTHS,)]``."""
+    expect_inputs(op, inputs, 3)
+    ln = _ints(op, inputs[0], "LENGTHS")
+    ind, dy = np.asarray(inputs[1]), np.asarray(inputs[2])
+    if ind.ndim != 2 or ind.shape != dy.shape or ind.shape[0] != ln.size:
+        raise kernel_error(op, "TopKIndices and dTopK must both be [len(LENGTHS), k]", inputs)
+    out = np.zeros(int(ln.sum()), dtype=dy.dtype)
+    off = 0
+    for i, n in enumerate(ln):
+        for j in range(min(int(n), ind.shape[1])):
+            p = int(ind[i, j])
+            if not 0 <= p < n:
+                raise kernel_error(op, "a top-k index is outside its segment", inputs)
+            out[off + p] = dy[i, j]
+        off += int(n)
+    return [out]

@@ -208,3 +208,11 @@ CASES += [
            ["Y"], id="_like"),
     OpCase("BatchDenseToSparse", [_BL, _BI, OpInput("D", (3, 5))], ["V"]),
 ]
+
+CASES += [
+    OpCase("LengthsTopK",
+           [OpInput("X", (7,), distinct), OpInput("L", sampler=const([3, 0, 4], I32))],
+           ["V", "I"], {"k": 2}),
+    OpCase("LengthsTopK", [OpInput("X", (3,), distinct), OpInput("L", sampler=const([1, 2], I32))],
+           ["V", "I"], {"k": 3}, id="_padded"),
+]
