@@ -180,7 +180,19 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                                     'values that a later in-place '
                                                                     'write overwrote, instead of '
                                                                     'failing with a version error '
-                                                                    '(opt-in; Caffe2 raises).'}},
+                                                                    '(opt-in; Caffe2 raises).'},
+                                       'densify': {'anyOf': [{'type': 'boolean'},
+                                                             {'type': 'null'}],
+                                                   'description': 'Where sparse (GradientSlice) '
+                                                                  'and dense gradients of one '
+                                                                  'blob meet, turn the sparse '
+                                                                  'parts dense with SparseToDense '
+                                                                  'and sum them; a '
+                                                                  'densified_gradient diagnostic '
+                                                                  'names each blob and the '
+                                                                  'elements it costs (opt-in; '
+                                                                  'Caffe2 raises, naming the blob '
+                                                                  'and its consumers).'}},
                         'required': ['net', 'ys'],
                         'additionalProperties': False},
  'NetGradientResponse': {'type': 'object',
@@ -248,7 +260,10 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                  'gradient': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                               'description': 'gradient | no_gradient | '
                                                              'should_not_differentiate | '
-                                                             'not_implemented | gradient_op.'},
+                                                             'not_implemented | gradient_op | '
+                                                             'not_implemented_in_netgrad (Caffe2 '
+                                                             'differentiates it; netgrad does not '
+                                                             'yet).'},
                                  'has_kernel': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                                 'description': 'Whether the executor can run it.'},
                                  'doc': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
@@ -518,8 +533,11 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                               'are taken as the seeds).'},
                                   'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                                 'description': 'As for /v1/gradients/net: re-run '
-                                                               'producers of overwritten '
-                                                               'values.'}},
+                                                               'producers of overwritten values.'},
+                                  'densify': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
+                                              'description': 'As for /v1/gradients/net: densify '
+                                                             'where sparse and dense gradients of '
+                                                             'a blob meet.'}},
                    'required': ['net', 'ys'],
                    'additionalProperties': False},
  'VerifyResponse': {'type': 'object',

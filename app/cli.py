@@ -4,6 +4,7 @@ Usage::
 
     netgrad serve [--host 127.0.0.1] [--port 8000]
     netgrad grad FILE [--ys BLOB ...] [--skip N] [--format pbtxt|json] [--url URL] [--recompute]
+                 [--densify]
 
 ``grad`` reads ``.pb`` (binary), ``.pbtxt``/``.txt`` (text format) or ``.json`` NetDefs and
 generates locally with :mod:`core`, or asks a running server when ``--url`` is given (binary
@@ -74,20 +75,23 @@ def _grad_json(g: GradValue) -> Any:
 
 
 def _generate_local(
-    net: caffe2_pb2.NetDef, ys: list[str], skip: int, recompute: bool
+    net: caffe2_pb2.NetDef, ys: list[str], skip: int, recompute: bool, densify: bool = False
 ) -> tuple[list[caffe2_pb2.OperatorDef], dict[str, GradValue], list[Diagnostic]]:
     from core.api import gradient_for_net
 
-    res = gradient_for_net(net, ys, skip, recompute=recompute)
+    res = gradient_for_net(net, ys, skip, recompute=recompute, densify=densify)
     return list(res.grad_ops), dict(res.grad_map), list(res.diagnostics)
 
 
 def _generate_remote(
-    url: str, net: caffe2_pb2.NetDef, ys: list[str], skip: int, recompute: bool
+    url: str, net: caffe2_pb2.NetDef, ys: list[str], skip: int, recompute: bool,
+    densify: bool = False,
 ) -> tuple[list[caffe2_pb2.OperatorDef], dict[str, GradValue], list[Diagnostic]]:
     import httpx
 
-    req = netgrad_pb2.NetGradientRequest(net=net, skip=skip, recompute=recompute)
+    req = netgrad_pb2.NetGradientRequest(
+        net=net, skip=skip, recompute=recompute, densify=densify
+    )
     for y in ys:
         req.ys.add(blob=y)
     try:
@@ -170,9 +174,13 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         net = load_net(Path(ns.file))
         ys = list(ns.ys) if ns.ys else default_ys(net)
         if ns.url:
-            grad_ops, grad_map, diags = _generate_remote(ns.url, net, ys, ns.skip, ns.recompute)
+            grad_ops, grad_map, diags = _generate_remote(
+                ns.url, net, ys, ns.skip, ns.recompute, ns.densify
+            )
         else:
-            grad_ops, grad_map, diags = _generate_local(net, ys, ns.skip, ns.recompute)
+            grad_ops, grad_map, diags = _generate_local(
+                net, ys, ns.skip, ns.recompute, ns.densify
+            )
     except OSError as exc:
         print(f"netgrad: cannot read {ns.file}: {exc}", file=sys.stderr)
         return 2
@@ -235,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--recompute",
         action="store_true",
         help="re-run producers of values overwritten in place instead of failing",
+    )
+    grad.add_argument(
+        "--densify",
+        action="store_true",
+        help="sum sparse and dense gradients of one blob densely (SparseToDense) instead of "
+        "failing as Caffe2 does",
     )
     grad.add_argument("--url", help="ask this server instead of generating locally")
     grad.set_defaults(func=_cmd_grad)

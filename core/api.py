@@ -39,6 +39,7 @@ def gradient_for_net(
     return_net: bool = False,
     limits: GenLimits | None = None,
     recompute: bool = False,
+    densify: bool = False,
 ) -> NetGradientResult:
     """Backward pass of a whole net (``GetBackwardPass`` / ``AddGradientOperators``).
 
@@ -50,10 +51,13 @@ def gradient_for_net(
         return_net: also return forward + gradient ops as one NetDef.
         recompute: re-run producers of forward values that a later in-place write
             overwrote, into fresh blobs, instead of raising the version error (opt-in).
+        densify: where sparse and dense gradients of one blob meet, make the sparse parts
+            dense with ``SparseToDense`` and sum (opt-in; Caffe2 raises; see
+            :mod:`core.ir.densify`).
 
     Raises:
         InvalidRequestError: a ``ys`` blob is written by no op; ``skip`` out of range.
         GradientNotDefinedError: ops on the path without a gradient (all listed at once).
         VersionMismatchError, InvalidNetError, GradientError, LimitExceededError.
     """
-    return net_gradient(net, ys, skip, return_net, limits or GenLimits(), recompute)
+    return net_gradient(net, ys, skip, return_net, limits or GenLimits(), recompute, densify)

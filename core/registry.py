@@ -55,6 +55,8 @@ class GradientStatus(StrEnum):
     SHOULD_NOT_DIFFERENTIATE = "should_not_differentiate"
     NOT_IMPLEMENTED = "not_implemented"
     GRADIENT_OP = "gradient_op"  # a gradient op type; has a kernel, never differentiated
+    #: Caffe2 differentiates the type but netgrad has no maker for it (core.caffe2_statuses)
+    NOT_IMPLEMENTED_IN_NETGRAD = "not_implemented_in_netgrad"
 
 
 _GRADIENT = GradientStatus.GRADIENT  # (a module global: looked up once per op, hot path)
@@ -467,16 +469,50 @@ def _warn_dropped(
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:
-    """Raise the error for a type without a usable maker; return for ``NO_GRADIENT``."""
+    """Raise the error for a type without a usable maker; return for ``NO_GRADIENT``.
+
+    An unknown type (code ``unknown_operator``) is told apart from a Caffe2 op netgrad does
+    not differentiate yet (code ``not_implemented_in_netgrad``); the first names the nearest
+    known types and points to ``GET /v1/operators``.
+    """
     if e is not None and e.status is GradientStatus.NO_GRADIENT:
         return
-    if e is None or e.status in (GradientStatus.GRADIENT_OP, GradientStatus.GRADIENT):
+    if e is None:
+        near = nearest_op_types(op.type)
+        hint = f" Did you mean {', '.join(near)}?" if near else ""
+        raise GradientNotDefinedError.at(
+            f"Unknown operator type '{op.type}': neither a Caffe2 operator nor one netgrad "
+            f"registers.{hint} GET /v1/operators lists every known type.",
+            code="unknown_operator",
+        )
+    if e.status is GradientStatus.NOT_IMPLEMENTED_IN_NETGRAD:
+        raise GradientNotDefinedError.at(
+            f"Operator {op.type} is a Caffe2 operator netgrad does not differentiate yet "
+            "(Caffe2 has a gradient for it); GET /v1/operators?status=gradient lists the "
+            "types netgrad differentiates.",
+            code="not_implemented_in_netgrad",
+        )
+    if e.status in (GradientStatus.GRADIENT_OP, GradientStatus.GRADIENT):
         raise GradientNotDefinedError(f"Gradient maker for operator {op.type} not implemented.")
     if e.status is GradientStatus.SHOULD_NOT_DIFFERENTIATE:
         raise GradientNotDefinedError(f"One should not call gradient for operator {op.type}.")
     raise GradientNotDefinedError(
         f"Operator {op.type} should have a gradient but is not implemented yet."
     )
+
+
+def nearest_op_types(op_type: str, n: int = 3) -> list[str]:
+    """Up to ``n`` registered op types closest to ``op_type`` (for "did you mean").
+
+    A case-insensitive exact match comes first; then :func:`difflib.get_close_matches`.
+    Only called on the error path.
+    """
+    import difflib
+
+    names = sorted(REGISTRY)
+    folded = [t for t in names if t.lower() == op_type.lower() and t != op_type]
+    close = difflib.get_close_matches(op_type, names, n=n, cutoff=0.6)
+    return list(dict.fromkeys(folded + close))[:n]
 
 
 def known_op_types() -> list[str]:

@@ -43,6 +43,7 @@ def run_verification(
     recompute: bool,
     pool: Any,
     known: Sequence[Diagnostic] = (),
+    densify: bool = False,
 ) -> Checked:
     """Check the gradient of ``net`` numerically in a worker process.
 
@@ -52,6 +53,7 @@ def run_verification(
         grad_ops: gradient ops to check instead of generated ones (``None`` = generate).
         pool: the worker pool of the app, or ``None``.
         known: diagnostics the caller already reports (left out of the report's own list).
+        densify: generate with ``densify`` (sparse and dense gradients of a blob summed).
 
     Raises:
         ProblemError: 503 when no worker pool runs.
@@ -65,7 +67,8 @@ def run_verification(
             "NETGRAD_WORKERS >= 1",
         )
     res = verify_net(
-        net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute
+        net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute,
+        densify=densify,
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)

@@ -25,7 +25,14 @@ from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, InvalidRequestError, LimitExceededError, NetgradError
 from core.executor.limits import RunLimits, check_elements, default_limits, element_cap
 from core.executor.workspace import Workspace, WorkspaceStack
-from core.registry import find_arg, get_entry, get_kernel, get_native, kernel_inputs_repr
+from core.registry import (
+    find_arg,
+    get_entry,
+    get_kernel,
+    get_native,
+    kernel_inputs_repr,
+    nearest_op_types,
+)
 
 NetDef = caffe2_pb2.NetDef
 OperatorDef = caffe2_pb2.OperatorDef
@@ -220,7 +227,11 @@ def validate_net(net: NetDef, prefix: str = "") -> None:
             )
         if get_native(op.type) is None and get_kernel(op.type) is None:
             known = get_entry(op.type) is not None
-            why = "has no NumPy kernel" if known else "is unknown"
+            near = [] if known else nearest_op_types(op.type)
+            why = "has no NumPy kernel" if known else "is unknown" + (
+                f" (did you mean {', '.join(near)}? GET /v1/operators lists every type)"
+                if near else " (GET /v1/operators lists every type)"
+            )
             raise ExecutionError.at(
                 f"{path}: op type {op.type} {why}; it cannot be executed",
                 op_index=index,

@@ -495,6 +495,7 @@ def net_gradient(
     return_net: bool,
     limits: GenLimits,
     recompute: bool = False,
+    densify: bool = False,
 ) -> NetGradientResult:
     """Implementation of :func:`core.api.gradient_for_net` (see there)."""
     load_all()
@@ -502,7 +503,7 @@ def net_gradient(
     if skip < 0 or skip > len(net.op):
         raise InvalidRequestError(f"skip={skip} is outside 0..{len(net.op)} (the net's op count)")
     ops = net.op[skip:]
-    env = GenEnv(limits, recompute=recompute)
+    env = GenEnv(limits, recompute=recompute, densify=densify)
     # The pass reads every op's outputs once; the ys check reuses them. A bad ys is
     # reported before any error the forward net has.
     try:

@@ -43,6 +43,9 @@ class GenEnv:
         recompute: when a gradient op needs a forward value that a later in-place write
             overwrote, re-run the op(s) that produced it into fresh blobs instead of failing
             (opt-in; Caffe2 raises the version error).
+        densify: where sparse and dense gradients of one blob meet, turn the sparse parts
+            dense (``SparseToDense``) and sum them (opt-in; Caffe2 raises, see
+            :mod:`core.ir.densify`).
     """
 
     limits: GenLimits = field(default_factory=GenLimits)
@@ -52,6 +55,7 @@ class GenEnv:
     counters: dict[str, int] = field(default_factory=dict)
     op_index: int = -1
     recompute: bool = False
+    densify: bool = False
 
     def op_path(self, op_index: int, op_type: str) -> str:
         """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""
@@ -79,6 +83,7 @@ class GenEnv:
             self.depth + 1,
             self.counters,
             recompute=self.recompute,
+            densify=self.densify,
         )
 
     def warn(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
+from core.ir.densify import densify_slices
 from core.ir.env import GenEnv
 from core.ir.renaming import g_name, rename_input, rename_output
 from core.ir.versions import VersionedSSA
@@ -197,11 +198,22 @@ class GradientRecord(VersionedSSA):
                 continue
             dense = [not g.sparse for g in gens]
             if any(dense) and not all(dense):
-                raise GradientError.at(
-                    f"Gradients for param ''{name}'' failed to verify: Automatic aggregation of "
-                    "a mix of sparse and dense gradients is not supported yet",
-                    blobs=(name,),
-                )
+                if not self.env.densify:
+                    raise GradientError.at(
+                        f"Gradients for param ''{name}'' failed to verify: Automatic "
+                        "aggregation of a mix of sparse and dense gradients is not supported "
+                        f"yet (consumers of {name}: {self._consumers(usage)}); ask for "
+                        '"densify": true to sum them densely',
+                        blobs=(name,),
+                        code="mixed_sparse_dense",
+                    )
+                sparse = [
+                    (g.gradient, g.device) for g in gens if isinstance(g.gradient, GradientSlice)
+                ]
+                made = iter(densify_slices(name, sparse, grad_ops, self.env, self.ops))
+                gens = [g if not g.sparse else GradGen(None, 0, next(made), g.device)
+                        for g in gens]
+                dense = [True] * len(gens)
             if len(gens) < 2:
                 continue
             self._verify_devices(name, gens)
@@ -215,6 +227,12 @@ class GradientRecord(VersionedSSA):
                 concat_ops, sparse_grad = self._sparse_concat(name, gens)
                 grad_ops.extend(concat_ops)
                 input_to_grad[name] = sparse_grad
+
+    def _consumers(self, usage: Sequence[int]) -> str:
+        """``op[i]:Type`` of each reader (sub-net path included), for error messages."""
+        return ", ".join(
+            self.env.op_path(i + self.offset, self.op_types[i]) for i in usage
+        )
 
     @staticmethod
     def _verify_devices(name: str, gens: Sequence[GradGen]) -> None:

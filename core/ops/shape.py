@@ -527,10 +527,11 @@ def gather_grad(m: GradientMaker) -> list[OperatorDef]:
 
 @register_kernel("BatchGatherGradient", gradient_op=True)
 def batch_gather_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[DATA, INDICES, dY] -> [dDATA]``: dY scattered (added) back along ``axis``."""
+    """``[DATA, INDICES, dY] -> [dDATA]``: dY scattered (added) back along ``axis`` (default
+    1, Caffe2's: BatchGather's gradient carries no axis of its own)."""
     expect_inputs(op, inputs, 3)
     data, dy = np.asarray(inputs[0]), np.asarray(inputs[2])
-    axis = _canonical_axis(op, get_int(op, "axis", 0), data.ndim)
+    axis = _canonical_axis(op, get_int(op, "axis", 1), data.ndim)
     ind = _gather_indices(op, inputs[1], int(data.shape[axis]))
     want = data.shape[:axis] + ind.shape + data.shape[axis + 1 :]
     if dy.shape != want:

@@ -455,6 +455,7 @@ def verify_net(
     pool: Any = None,
     limits: RunLimits | None = None,
     recompute: bool = False,
+    densify: bool = False,
 ) -> VerifyResult:
     """Generate the gradient of ``net`` and check it against central differences.
 
@@ -473,6 +474,7 @@ def verify_net(
         pool: worker pool for the numeric work.
         limits: job limits (default: the pool's / process defaults).
         recompute: generate with ``recompute`` (see :func:`core.api.gradient_for_net`).
+        densify: generate with ``densify`` (see :func:`core.api.gradient_for_net`).
 
     Returns:
         The report, the gradient ops checked, the grad map and diagnostics.
@@ -485,7 +487,7 @@ def verify_net(
     _validate(options)
     seeds = seed_names(net, ys, [s.blob for s in options.inputs])
     ops = None if grad_ops is None else _adopt_auto_seeds(list(grad_ops), seeds)
-    gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute)
+    gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute, densify=densify)
     if ops is None:
         ops = list(gen.grad_ops)
     # A fed blob the net overwrites before reading it has no gradient, whatever the map

@@ -76,6 +76,7 @@ def test_operators_lists_control_flow_and_conv(client: TestClient) -> None:
         "should_not_differentiate",
         "not_implemented",
         "gradient_op",
+        "not_implemented_in_netgrad",
     }
     assert by["ConvGradient"]["gradient"] == "gradient_op"
 

@@ -569,3 +569,78 @@ def listing(net: NetDef, indent: str = "") -> str:
                 lines.append(f"{indent}  {a.name} '{a.n.name}':")
                 lines.append(listing(a.n, indent + "    "))
     return "\n".join(line for line in lines if line)
+
+
+# --- sparse and segment ops (issue 8a) -------------------------------------------------------
+# Appended block: at the top level, about one op in seven is a sparse or segment op. Their
+# tables are fresh kinds that no other op reads or writes: ``E`` ([3, 2] embedding tables,
+# read by Gather and the SparseLengths* ops, whose gradients are GradientSlices; several
+# readers of one table make netgrad concatenate slices) and ``S`` ([3] per-row weights of
+# SparseLengthsWeightedSum with ``grad_on_weights``). A sparse gradient thus never meets a
+# dense one (that is a 4xx unless ``densify``). Indices and lengths are fed int64 / int32
+# constants; LengthsSum and BatchGather read ordinary ``M`` blobs (dense gradients).
+SHAPES["E"] = [3, 2]
+SHAPES["S"] = [3]
+#: One draft in ``_SPARSE_ODDS + 1`` at the top level is sparse (shrinks towards none).
+_SPARSE_ODDS = 6
+_LENGTHS = ([1, 2], [2, 1], [0, 3], [3, 0])
+_SEG_LENGTHS = ([1, 1], [2, 0], [0, 2])
+
+
+def _int_const(gen: _Gen, prefix: str, values: list[int], dtype: str) -> str:
+    """A fed integer vector constant (never checked), named after its values."""
+    consts: dict[str, tuple[str, list[int]]] = gen.__dict__.setdefault("int_consts", {})
+    name = f"{prefix}_{'_'.join(str(v) for v in values)}"
+    consts[name] = (dtype, list(values))
+    return name
+
+
+def sparse_draft(gen: _Gen, b: _Block) -> _Draft:
+    """A Gather / SparseLengths* / LengthsSum / BatchGather op writing an ``M`` blob."""
+    op_type = gen.draw(st.sampled_from([
+        "Gather", "SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum",
+        "LengthsSum", "BatchGather",
+    ]))
+    if op_type == "Gather":
+        idx = [gen.draw(st.integers(0, 2)) for _ in range(2)]
+        return _Draft("Gather", [gen.pick(b, "E"), _int_const(gen, "IDX", idx, "int64")],
+                      Val("M"))
+    if op_type == "LengthsSum":
+        ln = gen.draw(st.sampled_from(_SEG_LENGTHS))
+        return _Draft("LengthsSum", [gen.pick(b, "M"), _int_const(gen, "LEN", ln, "int32")],
+                      Val("M"))
+    if op_type == "BatchGather":
+        idx = [gen.draw(st.integers(0, 1)) for _ in range(2)]
+        return _Draft("BatchGather", [gen.pick(b, "M"), _int_const(gen, "IDX", idx, "int64")],
+                      Val("M"))
+    idx = [gen.draw(st.integers(0, 2)) for _ in range(3)]
+    ins = [gen.pick(b, "E")]
+    args = []
+    if op_type == "SparseLengthsWeightedSum":
+        ins.append(gen.pick(b, "S"))
+        args.append(make_arg("grad_on_weights", 1))
+    ln = gen.draw(st.sampled_from(_LENGTHS))
+    ins += [_int_const(gen, "IDX", idx, "int64"), _int_const(gen, "LEN", ln, "int32")]
+    return _Draft(op_type, ins, Val("M"), args)
+
+
+_dense_draft = _Gen.draft
+_plain_case = _Gen.case
+
+
+def _draft_with_sparse(self: _Gen, b: _Block) -> _Draft:
+    if b.depth == 0 and self.draw(st.integers(0, _SPARSE_ODDS)) == _SPARSE_ODDS:
+        return sparse_draft(self, b)
+    return _dense_draft(self, b)
+
+
+def _case_with_int_consts(self: _Gen) -> FuzzCase:
+    case = _plain_case(self)
+    for name, (dtype, values) in self.__dict__.get("int_consts", {}).items():
+        case.inputs.append(InputSpec(name, tensor=TensorSpec([len(values)], dtype, values)))
+        case.constants.append(name)
+    return case
+
+
+_Gen.draft = _draft_with_sparse  # type: ignore[method-assign]
+_Gen.case = _case_with_int_consts  # type: ignore[method-assign]

@@ -55,14 +55,16 @@ async def gradient_of_net(request: Request) -> Response:
 def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
     req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth)
     ys = wire.ys_value(req.ys)
-    res = api.gradient_for_net(req.net, ys, req.skip, req.return_net, ctx.limits, req.recompute)
+    res = api.gradient_for_net(
+        req.net, ys, req.skip, req.return_net, ctx.limits, req.recompute, req.densify
+    )
 
     def answer() -> Response:
         diagnostics, report = list(res.diagnostics), None
         if req.HasField("verify"):  # the report covers these ops, seeded with explicit names
             checked = run_verification(
                 req.net, ys, req.skip, wire.verify_options(req.verify), None, req.recompute,
-                ctx.pool, known=diagnostics,
+                ctx.pool, known=diagnostics, densify=req.densify,
             )
             report = checked.report
             diagnostics += [d for d in checked.diagnostics if d not in diagnostics]

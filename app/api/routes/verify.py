@@ -31,7 +31,7 @@ def _verify(body: Body, ctx: Context) -> Response:
     req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth)
     c = run_verification(
         req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
-        list(req.grad_ops) or None, req.recompute, ctx.pool,
+        list(req.grad_ops) or None, req.recompute, ctx.pool, densify=req.densify,
     )
     return wire.respond(body, netgrad_pb2.VerifyResponse(
         report=c.report,

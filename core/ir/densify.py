@@ -1,0 +1,79 @@
+"""Opt-in densification where sparse and dense gradients of one blob meet (``densify``).
+
+Caffe2 refuses to accumulate a ``GradientSlice`` with a dense gradient of the same blob
+version ("Automatic aggregation of a mix of sparse and dense gradients is not supported
+yet", ``core.py`` ``_MakeSumOps``; spec §2.7); netgrad keeps that as the default. With
+``densify`` the pass turns each sparse part into a dense tensor shaped like the blob with
+Caffe2's own ``SparseToDense([indices, values, blob] -> dense)`` (rows of duplicate indices
+add up; the first dimension is taken from the blob) and sums them with the dense parts as
+usual. A diagnostic ``densified_gradient`` names the blob and what it costs: one extra dense
+tensor of ``numel(blob)`` elements per sparse part (the number itself when a fill op of the
+net gives the blob's ``shape``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+from api_schemas import caffe2_pb2
+from core.ir.env import GenEnv
+from core.registry import find_arg, make_op
+from core.types import GradientSlice
+
+OperatorDef = caffe2_pb2.OperatorDef
+DeviceOption = caffe2_pb2.DeviceOption
+
+
+def densify_slices(
+    name: str,
+    slices: Sequence[tuple[GradientSlice, DeviceOption | None]],
+    grad_ops: list[OperatorDef],
+    env: GenEnv,
+    forward_ops: Sequence[OperatorDef],
+) -> list[str]:
+    """Make each sparse gradient of ``name`` dense with a ``SparseToDense`` op.
+
+    Args:
+        name: the forward blob whose sparse and dense gradients meet.
+        slices: its sparse gradients, each with the device option of its writer.
+        grad_ops: the gradient ops emitted so far; the ``SparseToDense`` ops are appended
+            (placed on the device of the sparse gradient's writer).
+        env: generation environment (diagnostics, per-request counters).
+        forward_ops: the forward ops (to find a fill op giving ``name``'s shape).
+
+    Returns:
+        One dense blob per slice, ``_<name>_grad_densified_<k>`` (unique per request),
+        shaped like ``name`` (float, as the slice's values).
+    """
+    made: list[str] = []
+    for gs, device in slices:
+        key = "\0densify:" + name
+        k = env.counters.get(key, 0)
+        env.counters[key] = k + 1
+        dense = f"_{name}_grad_densified_{k}"
+        op = make_op("SparseToDense", [gs.indices, gs.values, name], [dense])
+        if device is not None:
+            op.device_option.CopyFrom(device)
+        grad_ops.append(op)
+        made.append(dense)
+    numel = _known_numel(name, forward_ops)
+    each = f"{numel} elements" if numel is not None else f"numel({name}) elements"
+    env.warn(
+        "densified_gradient",
+        f"densify: the sparse gradient(s) of {name} were made dense with SparseToDense and "
+        f"summed with its dense gradient(s); this costs {len(made)} extra dense tensor(s) "
+        f"of {each} each ({', '.join(made)})",
+        blobs=(name, *made),
+    )
+    return made
+
+
+def _known_numel(name: str, forward_ops: Sequence[OperatorDef]) -> int | None:
+    """Element count of ``name`` when a fill op of the net writes it with a ``shape`` arg."""
+    for op in forward_ops:
+        if name in op.output:
+            a = find_arg(op, "shape")
+            if a is not None and len(a.ints):
+                return int(prod(a.ints))
+    return None
