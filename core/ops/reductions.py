@@ -449,9 +449,9 @@ def moments_grad(m: GradientMaker) -> list[OperatorDef]:
     """``MomentsGradient([dmean, dvariance, X, mean] -> [dX])``, args copied.
 
     Corrected behaviour: Caffe2 passes an empty blob name for a missing output gradient; netgrad
-    first fills that gradient with zeros (``ConstantFill([<out>] -> [<out>_zero_grad],
-    value=0.0)``, shaped like the output), so a loss on only the mean or only the variance
-    works.
+    first fills that gradient with zeros (``ConstantFill([<out>] ->
+    ["_" + <out> + "_grad_autogen_zero"], value=0.0)``, shaped like the output, as netgrad's
+    Split maker does), so a loss on only the mean or only the variance works.
     """
     ops: list[OperatorDef] = []
     gos: list[str] = []
@@ -459,7 +459,7 @@ def moments_grad(m: GradientMaker) -> list[OperatorDef]:
         if m.has_go(k):
             gos.append(m.GO(k))
         else:
-            zero = f"{m.output_names[k]}_zero_grad"
+            zero = "_" + m.O(k) + "_grad_autogen_zero"
             ops.append(m.make_op("ConstantFill", [m.O(k)], [zero], [make_arg("value", 0.0)]))
             gos.append(zero)
     ops.append(m.make_op("MomentsGradient", [gos[0], gos[1], m.I(0), m.O(0)], [m.GI(0)]))
