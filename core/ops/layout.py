@@ -163,7 +163,7 @@ def _pad_index(op: OperatorDef, n: int, before: int, after: int) -> Array:
         raise kernel_error(op, f"unknown mode '{mode}' (constant, reflect or edge)")
     if n == 0 or (mode == "reflect" and max(before, after) >= n):
         raise kernel_error(op, f"{mode} padding of {max(before, after)} needs a dim above it")
-    return np.pad(idx, (before, after), mode=mode)
+    return np.pad(idx, (before, after), mode="reflect" if mode == "reflect" else "edge")
 
 
 def _pad_geometry(op: OperatorDef, shape: tuple[int, ...]) -> tuple[int, int, Array, Array]:
@@ -211,16 +211,16 @@ def pad_image_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     if h < 0 or w < 0:
         raise kernel_error(op, "dY is smaller than the pads", inputs)
     rows, cols = _pad_index(op, h, t, b), _pad_index(op, w, left, r)
-    # move H, W last, scatter-add rows then columns
-    g = np.moveaxis(dy, (ha, wa), (-2, -1))
-    lead = g.shape[:-2]
-    acc_r = np.zeros(lead + (h, g.shape[-1]), dtype=dy.dtype)
+    # move H, then W, to the front and scatter-add along it
+    g = np.moveaxis(dy, ha, 0)
     keep = rows >= 0
-    np.add.at(acc_r, (..., rows[keep], slice(None)), g[..., keep, :])
-    acc = np.zeros(lead + (h, w), dtype=dy.dtype)
-    keep_c = cols >= 0
-    np.add.at(acc, (..., slice(None), cols[keep_c]), acc_r[..., keep_c])
-    return [np.moveaxis(acc, (-2, -1), (ha, wa))]
+    acc_r = np.zeros((h,) + g.shape[1:], dtype=dy.dtype)
+    np.add.at(acc_r, rows[keep], g[keep])
+    g = np.moveaxis(np.moveaxis(acc_r, 0, ha), wa, 0)
+    keep = cols >= 0
+    acc = np.zeros((w,) + g.shape[1:], dtype=dy.dtype)
+    np.add.at(acc, cols[keep], g[keep])
+    return [np.moveaxis(acc, 0, wa)]
 
 
 # --- PrependDim / MergeDim ------------------------------------------------------------------
