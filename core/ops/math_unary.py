@@ -435,3 +435,63 @@ def float_to_half_grad(m: GradientMaker) -> list[OperatorDef]:
 def half_to_float_grad(m: GradientMaker) -> list[OperatorDef]:
     """``FloatToHalf([dY] -> [dX])``."""
     return [m.make_op("FloatToHalf", [m.GO(0)], [m.GI(0)])]
+
+
+# --- ReluFp16 / SoftmaxFp16 -----------------------------------------------------------------
+# Relu and Softmax registered under the Fp16 names (Caffe2 reuses GetReluGradient /
+# GetSoftmaxGradient, whose gradient type is def.type() + "Gradient"). Float16 blobs are
+# computed in float32 and stored back as float16; other float dtypes are kept as they are.
+
+
+def _via_float32(fn: Any, op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    xs = [np.asarray(x) for x in inputs]
+    half = any(x.dtype == np.float16 for x in xs)
+    outs = fn(op, [x.astype(np.float32) if x.dtype == np.float16 else x for x in xs])
+    return [np.asarray(o).astype(np.float16) if half else o for o in outs]
+
+
+@register_kernel("ReluFp16")
+def relu_fp16(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``Y = max(X, 0)`` (float16 in, float16 out)."""
+    expect_inputs(op, inputs, 1)
+    x = np.asarray(inputs[0])
+    return [np.where(x > 0, x, np.zeros((), x.dtype))]
+
+
+@register_gradient("ReluFp16", op_schema=schema(1, 1, [(0, 0)]), doc="Relu on float16 blobs")
+def relu_fp16_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``ReluFp16Gradient([Y, dY] -> [dX])``."""
+    return [m.make_op("ReluFp16Gradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+
+
+@register_kernel("ReluFp16Gradient", gradient_op=True)
+def relu_fp16_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[Y, dY] -> [dY where Y > 0]``."""
+    expect_inputs(op, inputs, 2)
+    y, dy = np.asarray(inputs[0]), np.asarray(inputs[1])
+    if y.shape != dy.shape:
+        raise kernel_error(op, "inputs must have the same shape", inputs)
+    return [np.where(y > 0, dy, np.zeros((), dy.dtype))]
+
+
+@register_kernel("SoftmaxFp16")
+def softmax_fp16(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """Softmax (arg ``axis``=1) of a float16 X, computed in float32, returned as float16."""
+    from core.ops import nn  # (the Softmax kernels live there)
+
+    return _via_float32(nn.softmax, op, inputs)
+
+
+@register_gradient("SoftmaxFp16", op_schema=schema(1, 1, inplace=False),
+                   doc="Softmax on float16 blobs")
+def softmax_fp16_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``SoftmaxFp16Gradient([Y, dY] -> [dX])``, args copied."""
+    return [m.make_op("SoftmaxFp16Gradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+
+
+@register_kernel("SoftmaxFp16Gradient", gradient_op=True)
+def softmax_fp16_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[Y, dY] -> [dX]``, ``dX = Y·(dY − Σ_row dY·Y)`` (float16 via float32)."""
+    from core.ops import nn
+
+    return _via_float32(nn.softmax_gradient, op, inputs)

@@ -2,7 +2,7 @@
 
 Ops: SumElements, WeightedSum, ReduceFront/Back Sum/Mean/Max (with optional ``lengths``),
 ReduceMax/Min/L1/L2 (``axes``, ``keepdims``), RowwiseMax, ColwiseMax, Max, Min, Moments,
-L1Distance, SquareRootDivide.
+L1Distance, SquareRootDivide, BatchMoments (``batch_moments_op.cc``).
 
 Sources (facts only): Caffe2 ``reduction_ops.cc`` (SumElements, RowwiseMax, ColwiseMax),
 ``reduce_front_back_{sum,mean,max}_ops.cc``, ``reduce_ops.cc`` (``Get ReduceGradient``:
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops._args import get_bool, get_int, get_ints
+from core.ops._args import get_bool, get_int, get_ints, get_order
 from core.ops.elementwise import expect_inputs, kernel_error
 from core.registry import (
     GradientMaker,
@@ -542,3 +542,58 @@ def square_root_divide(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 def square_root_divide_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SquareRootDivide([dY, SCALE] -> [dDATA])``; SCALE gets no gradient."""
     return [m.make_op("SquareRootDivide", [m.GO(0), m.I(1)], [m.GI(0)])]
+
+
+# --- BatchMoments ---------------------------------------------------------------------------
+# Per channel c over N and the spatial dims: mu_c = E[X], var_c = E[X²] (Caffe2's "var" is
+# the raw second moment, not the variance);  dX = (dmu_c + 2·X·dvar_c) / (N·HxW)
+
+
+def _batch_axes(op: OperatorDef, x: Array) -> tuple[tuple[int, ...], int]:
+    """The reduced axes and the channel axis of a BatchMoments input (arg ``order``)."""
+    if x.ndim < 2:
+        raise kernel_error(op, "expects at least 2 dims (N, C, ...)", [x])
+    order = get_order(op)
+    c = 1 if order == "NCHW" else x.ndim - 1
+    return tuple(i for i in range(x.ndim) if i != c), c
+
+
+@register_kernel("BatchMoments")
+def batch_moments(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[X (N, C, ...) or (N, ..., C)] -> [mu (C), var (C)]``, var = E[X²] (arg ``order``)."""
+    expect_inputs(op, inputs, 1)
+    x = np.asarray(inputs[0])
+    axes, _c = _batch_axes(op, x)
+    return [x.mean(axis=axes), (x * x).mean(axis=axes)]
+
+
+@register_gradient("BatchMoments", op_schema=schema(1, 2), doc="Per-channel E[X] and E[X²]")
+def batch_moments_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``BatchMomentsGradient([dmu, dvar, X] -> [dX])``, args copied; a missing output
+    gradient is zero-filled first (corrected behaviour, as for Moments)."""
+    ops: list[OperatorDef] = []
+    gos: list[str] = []
+    for k in range(2):
+        if m.has_go(k):
+            gos.append(m.GO(k))
+        else:
+            zero = "_" + m.O(k) + "_grad_autogen_zero"
+            ops.append(m.make_op("ConstantFill", [m.O(k)], [zero], [make_arg("value", 0.0)]))
+            gos.append(zero)
+    ops.append(m.make_op("BatchMomentsGradient", [gos[0], gos[1], m.I(0)], [m.GI(0)]))
+    return ops
+
+
+@register_kernel("BatchMomentsGradient", gradient_op=True)
+def batch_moments_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[dmu, dvar, X] -> [dX]``."""
+    expect_inputs(op, inputs, 3)
+    dmu, dvar, x = (np.asarray(v) for v in inputs)
+    axes, c = _batch_axes(op, x)
+    if dmu.shape != (x.shape[c],) or dvar.shape != (x.shape[c],):
+        raise kernel_error(op, f"dmu and dvar must have shape [{x.shape[c]}]", inputs)
+    shape = [1] * x.ndim
+    shape[c] = x.shape[c]
+    n = max(int(np.prod([x.shape[a] for a in axes], dtype=np.int64)), 1)
+    dx = (dmu.reshape(shape) + 2 * x * dvar.reshape(shape)) / n
+    return [dx.astype(dmu.dtype, copy=False)]

@@ -126,6 +126,12 @@ def test_unary_gradient_signature_and_args_copied(t: str) -> None:
          ["A_grad", "B_grad"]),
         (op("Moments", ["X"], ["m", "v"]),
          [("MomentsGradient", ["m_grad", "v_grad", "X", "m"], ["X_grad"])], ["X_grad"]),
+        (op("BatchMoments", ["X"], ["m", "v"]),
+         [("BatchMomentsGradient", ["m_grad", "v_grad", "X"], ["X_grad"])], ["X_grad"]),
+        (op("ReluFp16", ["X"], ["Y"]),
+         [("ReluFp16Gradient", ["Y", "Y_grad"], ["X_grad"])], ["X_grad"]),
+        (op("SoftmaxFp16", ["X"], ["Y"]),
+         [("SoftmaxFp16Gradient", ["Y", "Y_grad"], ["X_grad"])], ["X_grad"]),
         (op("L1Distance", ["X", "Z"], ["D"]),
          [("L1DistanceGradient", ["X", "Z", "D_grad"], ["X_grad", "Z_grad"])],
          ["X_grad", "Z_grad"]),
@@ -230,3 +236,25 @@ def test_sum_elements_is_a_scalar() -> None:
     blobs = {"X": np.ones((2, 3), dtype=np.float32)}
     run_op(op("SumElements", ["X"], ["Y"], average=1), blobs)
     assert blobs["Y"].shape == () and blobs["Y"] == 1.0
+
+
+def test_fp16_ops_keep_float16() -> None:
+    x = np.array([[0.5, -1.0, 2.0]], dtype=np.float16)
+    blobs = {"X": x}
+    run_op(op("SoftmaxFp16", ["X"], ["Y"]), blobs)
+    run_op(op("ReluFp16", ["X"], ["R"]), blobs)
+    assert blobs["Y"].dtype == np.float16 and blobs["R"].dtype == np.float16
+    e = np.exp(x.astype(np.float64) - 2.0)
+    np.testing.assert_allclose(blobs["Y"], e / e.sum(), rtol=1e-3)
+    blobs["Y_grad"] = np.ones_like(x)
+    ops, _ = grad(op("SoftmaxFp16", ["X"], ["Y"]))
+    run_op(ops[0], blobs)
+    assert blobs["X_grad"].dtype == np.float16
+    np.testing.assert_allclose(blobs["X_grad"].astype(np.float64), 0.0, atol=1e-3)
+
+
+def test_batch_moments_var_is_the_raw_second_moment() -> None:
+    blobs = {"X": np.array([[[1.0], [2.0]], [[3.0], [4.0]]])}  # N=2, C=2, HxW=1
+    run_op(op("BatchMoments", ["X"], ["mu", "var"]), blobs)
+    np.testing.assert_allclose(blobs["mu"], [2.0, 3.0])
+    np.testing.assert_allclose(blobs["var"], [5.0, 10.0])  # E[X^2], as Caffe2
