@@ -1,9 +1,10 @@
 """Data-layout ops (issue 8b): Tile, Expand, PadImage, PrependDim, ChannelShuffle,
-DepthConcat, DepthSplit, SpaceToBatch, BatchToSpace - kernels, makers, gradient kernels.
+DepthConcat, DepthSplit, SpaceToBatch, BatchToSpace, Im2Col, Col2Im - kernels, makers,
+gradient kernels.
 
 Sources (facts only): Caffe2 ``tile_op.cc``, ``expand_op.cc``, ``pad_op.cc``,
 ``prepend_dim_op.cc``, ``channel_shuffle_op.cc``, ``depth_split_op.cc``,
-``space_batch_op.cc`` (``Get<Op>Gradient`` classes); spec §5.3 (shape ops).
+``space_batch_op.cc``, ``im2col_op.cc`` (``Get<Op>Gradient`` classes); spec §5.3 (shape ops).
 
 Every op here moves or replicates elements, so each gradient is the adjoint gather/scatter:
 Tile and Expand sum the copies back, PadImage sums the padded positions that came from an
@@ -21,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from core.ops._args import check_numel, get_float, get_int, get_ints, get_order, get_str
+from core.ops._args import (
+    check_numel,
+    conv_pool_geometry,
+    get_float,
+    get_int,
+    get_ints,
+    get_order,
+    get_str,
+)
 from core.ops.elementwise import expect_inputs, kernel_error, reduce_to
 from core.ops.shape import concat, split
 from core.registry import (
@@ -403,3 +412,89 @@ def space_to_batch_grad(m: GradientMaker) -> list[OperatorDef]:
 def batch_to_space_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SpaceToBatch([dY] -> [dX])``, args copied."""
     return [m.make_op("SpaceToBatch", [m.GO(0)], [m.GI(0)])]
+
+
+# --- Im2Col / Col2Im ------------------------------------------------------------------------
+# Im2Col: every kernel window of a 4-D image as a column (NCHW: (N, C·kh·kw, oh, ow), channel
+# major; NHWC: (N, oh, ow, kh·kw·C)), zeros where the window reaches into the padding.
+# Col2Im([cols, like]) scatters-adds the columns back into an image shaped like `like`; each
+# is the other's gradient (Caffe2 im2col_op.cc).
+
+
+def _im2col_index(
+    op: OperatorDef, image_shape: tuple[int, ...]
+) -> tuple[bool, Array, Array, Array, tuple[int, int]]:
+    """``(nchw, rows, cols, inside, (kh, kw))``: source H index per (oh, i), W index per
+    (ow, j) (clipped into range) and the in-range mask of shape (oh, kh, ow, kw)."""
+    if len(image_shape) != 4:
+        raise kernel_error(op, f"expects a 4-D image, got {len(image_shape)}-D")
+    nchw = get_order(op) == "NCHW"
+    hw = image_shape[2:] if nchw else image_shape[1:3]
+    geo = conv_pool_geometry(op, hw)
+    (kh, kw), (sh, sw), (dh, dw) = geo.kernel, geo.stride, geo.dilation
+    (oh, ow), (pt, pl) = geo.out_size, geo.pad_head
+    if min(kh, kw) < 1:
+        raise kernel_error(op, "needs a kernel (kernel or kernel_h/kernel_w)")
+    hi = np.arange(oh)[:, None] * sh - pt + np.arange(kh)[None, :] * dh
+    wi = np.arange(ow)[:, None] * sw - pl + np.arange(kw)[None, :] * dw
+    inside = ((hi >= 0) & (hi < hw[0]))[:, :, None, None] & ((wi >= 0) & (wi < hw[1]))[None, None]
+    return nchw, np.clip(hi, 0, hw[0] - 1), np.clip(wi, 0, hw[1] - 1), inside, (kh, kw)
+
+
+def _image_last(x: Array, nchw: bool) -> Array:
+    """The image as (H, W, N, C)."""
+    return np.moveaxis(x, (2, 3), (0, 1)) if nchw else np.moveaxis(x, (1, 2), (0, 1))
+
+
+@register_kernel("Im2Col")
+def im2col(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[X (4-D)] -> [Y]``; args ``kernel``/``kernel_h``+``kernel_w``, ``stride``, ``pad``,
+    ``dilation``, ``order`` (see the section comment for Y's layout)."""
+    expect_inputs(op, inputs, 1)
+    x = np.asarray(inputs[0])
+    nchw, rows, cols, inside, (kh, kw) = _im2col_index(op, x.shape)
+    img = _image_last(x, nchw)  # H, W, N, C
+    g = img[rows[:, :, None, None], cols[None, None, :, :]]  # oh, kh, ow, kw, N, C
+    g = np.where(inside[..., None, None], g, np.zeros((), x.dtype))
+    oh, ow = rows.shape[0], cols.shape[0]
+    n, c = g.shape[4], g.shape[5]
+    if nchw:  # N, C, kh, kw, oh, ow
+        return [g.transpose(4, 5, 1, 3, 0, 2).reshape(n, c * kh * kw, oh, ow).copy()]
+    return [g.transpose(4, 0, 2, 1, 3, 5).reshape(n, oh, ow, kh * kw * c).copy()]
+
+
+@register_kernel("Col2Im")
+def col2im(op: OperatorDef, inputs: list[Array]) -> list[Array]:
+    """``[X (columns), Z (4-D image)] -> [Y]`` with Z's shape: Im2Col's adjoint (each column
+    entry added to the pixel it was taken from); same args as Im2Col."""
+    expect_inputs(op, inputs, 2)
+    x, z = np.asarray(inputs[0]), np.asarray(inputs[1])
+    nchw, rows, cols, inside, (kh, kw) = _im2col_index(op, z.shape)
+    oh, ow = rows.shape[0], cols.shape[0]
+    n, c = (z.shape[0], z.shape[1]) if nchw else (z.shape[0], z.shape[3])
+    want = (n, c * kh * kw, oh, ow) if nchw else (n, oh, ow, kh * kw * c)
+    if x.shape != want:
+        raise kernel_error(op, f"columns must have shape {list(want)}", inputs)
+    if nchw:
+        g = x.reshape(n, c, kh, kw, oh, ow).transpose(4, 2, 5, 3, 0, 1)
+    else:
+        g = x.reshape(n, oh, ow, kh, kw, c).transpose(1, 3, 2, 4, 0, 5)
+    g = np.where(inside[..., None, None], g, 0)  # oh, kh, ow, kw, N, C
+    img = np.zeros(_image_last(z, nchw).shape, dtype=x.dtype)
+    idx = (np.broadcast_to(rows[:, :, None, None], inside.shape),
+           np.broadcast_to(cols[None, None, :, :], inside.shape))
+    np.add.at(img, idx, g)
+    back = np.moveaxis(img, (0, 1), (2, 3)) if nchw else np.moveaxis(img, (0, 1), (1, 2))
+    return [back]
+
+
+@register_gradient("Im2Col", op_schema=schema(1, 1), doc="Kernel windows of an image as columns")
+def im2col_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``Col2Im([dY, X] -> [dX])``, args copied."""
+    return [m.make_op("Col2Im", [m.GO(0), m.I(0)], [m.GI(0)])]
+
+
+@register_gradient("Col2Im", op_schema=schema(2, 1), doc="Columns added back into an image")
+def col2im_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``Im2Col([dY] -> [dX])``, args copied; the shape-giving Z gets no gradient."""
+    return [m.make_op("Im2Col", [m.GO(0)], [m.GI(0)])]

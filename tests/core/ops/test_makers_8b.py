@@ -149,6 +149,10 @@ def test_unary_gradient_signature_and_args_copied(t: str) -> None:
          [("DepthSplit", ["Y_grad", "info"], ["A_grad", "B_grad"])], ["A_grad", "B_grad"]),
         (op("DepthSplit", ["X"], ["P", "Q"]),
          [("DepthConcat", ["P_grad", "Q_grad"], ["X_grad", "_X_grad_dims"])], ["X_grad"]),
+        (op("Im2Col", ["X"], ["Y"], kernel=2), [("Col2Im", ["Y_grad", "X"], ["X_grad"])],
+         ["X_grad"]),
+        (op("Col2Im", ["X", "Z"], ["Y"], kernel=2), [("Im2Col", ["Y_grad"], ["X_grad"])],
+         ["X_grad", None]),
         (op("SpaceToBatch", ["X"], ["Y"]), [("BatchToSpace", ["Y_grad"], ["X_grad"])],
          ["X_grad"]),
         (op("BatchToSpace", ["X"], ["Y"]), [("SpaceToBatch", ["Y_grad"], ["X_grad"])],
@@ -258,3 +262,19 @@ def test_batch_moments_var_is_the_raw_second_moment() -> None:
     run_op(op("BatchMoments", ["X"], ["mu", "var"]), blobs)
     np.testing.assert_allclose(blobs["mu"], [2.0, 3.0])
     np.testing.assert_allclose(blobs["var"], [5.0, 10.0])  # E[X^2], as Caffe2
+
+
+def test_im2col_layout_matches_caffe2() -> None:
+    # NCHW: row c·kh·kw + i·kw + j of the columns holds pixel (oh·s + i, ow·s + j) of channel c
+    x = np.arange(2 * 3 * 3, dtype=np.float64).reshape(1, 2, 3, 3)
+    blobs = {"X": x}
+    run_op(op("Im2Col", ["X"], ["Y"], kernel=2), blobs)
+    y = blobs["Y"]
+    assert y.shape == (1, 8, 2, 2)
+    assert y[0, 1 * 4 + 1 * 2 + 0, 1, 0] == x[0, 1, 2, 0]
+    # NHWC: entry (i·kw + j)·C + c
+    xh = np.transpose(x, (0, 2, 3, 1)).copy()
+    blobs = {"X": xh}
+    run_op(op("Im2Col", ["X"], ["Y"], kernel=2, order="NHWC"), blobs)
+    assert blobs["Y"].shape == (1, 2, 2, 8)
+    assert blobs["Y"][0, 1, 0, (1 * 2 + 0) * 2 + 1] == x[0, 1, 2, 0]
