@@ -383,7 +383,9 @@ _register_wise("ColwiseMax")
 
 # --- Max / Min (variadic) -------------------------------------------------------------------
 # Y = elementwise max (min) of X_0..X_{n-1} (one shape);  dX_i = dY·[X_i == Y] (ties: every
-# tied input gets dY, as in Caffe2)
+# tied input gets dY, as in Caffe2's kernel). Corrected behaviour: a blob given at several
+# positions is passed to the gradient op once (its later positions get no gradient), so
+# Max(x, x) = x gets dX = dY, not Caffe2's 2·dY.
 
 
 def _register_extremum(name: str, fn: Any) -> None:
@@ -400,9 +402,19 @@ def _register_extremum(name: str, fn: Any) -> None:
         return [out]
 
     def maker(m: GradientMaker) -> list[OperatorDef]:
-        n = len(m.input_names)
-        ins = [m.O(0), m.GO(0)] + [m.I(i) for i in range(n)]
-        return [m.make_op(grad_type, ins, [m.GI(i) for i in range(n)])]
+        # One position per distinct blob: a blob read twice (Max(x, x)) always ties with
+        # itself, and Caffe2's kernel would hand dY to both positions (2·dY in total for an
+        # identity); passing it once gives dY (corrected behaviour, see the section comment).
+        # The gradient goes to the blob's *last* position: the backward pass (like Caffe2's)
+        # keeps, per blob name, the last position's value unless it is None.
+        names = list(m.input_names)
+        last = [i for i, name in enumerate(names) if name not in names[i + 1:]]
+        ins = [m.O(0), m.GO(0)] + [m.I(i) for i in last]
+        outs = []
+        for i in last:
+            m.set_dense(i, names[i] + "_grad")
+            outs.append(names[i] + "_grad")
+        return [m.make_op(grad_type, ins, outs)]
 
     def gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         if len(inputs) < 3:
@@ -412,7 +424,8 @@ def _register_extremum(name: str, fn: Any) -> None:
         return [np.where(x == y, dy, 0).astype(dy.dtype, copy=False) for x in xs]
 
     forward.__doc__ = f"``[X0, X1, ...] -> [Y]``: elementwise {name.lower()} (one shape)."
-    maker.__doc__ = f"``{grad_type}([Y, dY, X0, X1, ...] -> [dX0, dX1, ...])``."
+    maker.__doc__ = (f"``{grad_type}([Y, dY, X0, X1, ...] -> [dX0, dX1, ...])``, each distinct "
+                     "input blob once.")
     gradient.__doc__ = "``[Y, dY, X0, ...] -> [dX0, ...]``: dY where X_i equals Y."
     register_kernel(name)(forward)
     register_gradient(name, op_schema=schema((1, -1), 1, [(0, 0)]),

@@ -95,9 +95,13 @@ def top2_gap(values: Array, axis: int = -1) -> Array | None:
 
 def _variadic(sign: float) -> KinkFn:
     def fn(op: OperatorDef, inputs: Sequence[Array]) -> Array | None:
-        if len(inputs) < 2 or len({np.shape(x) for x in inputs}) != 1:
+        # a blob read at several positions ties only with itself: counted once (the maker
+        # passes it once to the gradient op)
+        names = list(op.input)
+        xs = [x for i, x in enumerate(inputs) if i >= len(names) or names.index(names[i]) == i]
+        if len(xs) < 2 or len({np.shape(x) for x in xs}) != 1:
             return None
-        return top2_gap(sign * np.stack([np.asarray(x, dtype=np.float64) for x in inputs], -1))
+        return top2_gap(sign * np.stack([np.asarray(x, dtype=np.float64) for x in xs], -1))
 
     return fn
 

@@ -278,3 +278,16 @@ def test_im2col_layout_matches_caffe2() -> None:
     run_op(op("Im2Col", ["X"], ["Y"], kernel=2, order="NHWC"), blobs)
     assert blobs["Y"].shape == (1, 2, 2, 8)
     assert blobs["Y"][0, 1, 0, (1 * 2 + 0) * 2 + 1] == x[0, 1, 2, 0]
+
+
+def test_max_passes_a_repeated_blob_once() -> None:
+    ops, g_in = grad(op("Max", ["A", "B", "A"], ["Y"]))
+    assert [sig(g) for g in ops] == [
+        ("MaxGradient", ["Y", "Y_grad", "B", "A"], ["B_grad", "A_grad"])
+    ]
+    assert g_in == [None, "B_grad", "A_grad"]  # (the pass keeps a name's last position)
+    blobs = {"A": np.array([1.0, -1.0]), "B": np.array([0.0, 0.0])}
+    run_op(op("Max", ["A", "B", "A"], ["Y"]), blobs)
+    blobs["Y_grad"] = np.array([3.0, 4.0])
+    run_op(ops[0], blobs)
+    np.testing.assert_array_equal(blobs["A_grad"], [3.0, 0.0])  # not 2·dY: Max(a, a) = a
