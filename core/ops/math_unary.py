@@ -248,12 +248,35 @@ UNARY_OPS: list[UnaryOp] = [
     UnaryOp("Logit", _logit, "LogitGradient", ("X", "dY"), _logit_grad,
             "Y = ln(X' / (1 − X')), X' = clip(X, eps, 1 − eps) (eps=1e-6)"),
     UnaryOp("ThresholdedRelu", _thresholded_relu, "ThresholdedReluGradient", ("Y", "dY"),
-            lambda op, b: np.where(b["Y"] != 0, b["dY"], 0),
+            lambda op, b: b["dY"] * np.sign(b["Y"]),  # Caffe2's kernel: dY·sign(Y)
             "Y = X if X > alpha else 0 (alpha=1)"),
     UnaryOp("ReluN", _relu_n, "ReluNGradient", ("Y", "dY"),
             lambda op, b: np.where((b["Y"] > 0) & (b["Y"] < get_float(op, "n", 6.0)), b["dY"], 0),
             "Y = min(max(X, 0), n) (n=6)"),
 ]
+
+
+def _refuse_ambiguous_y(m: GradientMaker) -> None:
+    """Refuse Elu/ELU with ``alpha < 0`` and Selu with ``alpha < 0`` or ``scale <= 0``.
+
+    Their gradient ops read only Y and take ``Y > 0`` to mean ``X > 0``; with such arguments
+    a positive Y also comes from a negative X, so Caffe2's gradient would be wrong there.
+    netgrad answers with an error instead of a wrong number.
+
+    Raises:
+        GradientError: the arguments above.
+    """
+    t = m.op_type
+    if t in ("Elu", "ELU") and m.arg_f("alpha", 1.0) < 0:
+        why = f"alpha={m.arg_f('alpha', 1.0):g} < 0"
+    elif t == "Selu" and (m.arg_f("alpha", _SELU_ALPHA) < 0 or m.arg_f("scale", _SELU_SCALE) <= 0):
+        why = "alpha < 0 or scale <= 0"
+    else:
+        return
+    raise GradientError(
+        f"{t} with {why}: its gradient op reads only Y, and a positive Y no longer implies a "
+        f"positive X, so Caffe2's {t}Gradient would be wrong; use alpha >= 0 (and scale > 0)"
+    )
 
 
 def _register(u: UnaryOp) -> None:
@@ -264,6 +287,7 @@ def _register(u: UnaryOp) -> None:
             return [np.asarray(u.fwd(op, x)).astype(x.dtype, copy=False)]
 
     def maker(m: GradientMaker) -> list[OperatorDef]:
+        _refuse_ambiguous_y(m)
         names = {"X": m.I, "Y": m.O, "dY": m.GO}
         return [m.make_op(u.grad_type, [names[r](0) for r in u.reads], [m.GI(0)])]
 
@@ -304,6 +328,25 @@ def softsign_grad(m: GradientMaker) -> list[OperatorDef]:
             "Cannot compute softsign gradient if you choose to do an in-place calculation."
         )
     return [m.make_op("SoftsignGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+
+
+# ThresholdedRelu: Caffe2's ThresholdedReluGradient kernel computes dY·sign(Y), right only for
+# alpha >= 0 (then Y is 0 or positive). With alpha < 0 an output in (alpha, 0) is negative and
+# the kernel would flip its gradient, so netgrad emits Abs([Y] -> [t]), ReluGradient([t, dY]
+# -> [dX]) instead: dY where Y != 0 (corrected behaviour; same ops run on real Caffe2).
+
+
+@register_gradient("ThresholdedRelu", op_schema=schema(1, 1, [(0, 0)]),
+                   doc="Y = X if X > alpha else 0 (alpha=1)")
+def thresholded_relu_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``ThresholdedReluGradient([Y, dY] -> [dX])`` (args copied) for ``alpha >= 0``; for
+    ``alpha < 0``: ``Abs([Y] -> ["_" + dX + "_abs_y"])``, ``ReluGradient([that, dY] -> [dX])``.
+    """
+    if m.arg_f("alpha", 1.0) >= 0:
+        return [m.make_op("ThresholdedReluGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+    dx = m.GI(0)
+    t = "_" + dx + "_abs_y"
+    return [m.make_op("Abs", [m.O(0)], [t]), m.make_op("ReluGradient", [t, m.GO(0)], [dx])]
 
 
 # --- Sqr ------------------------------------------------------------------------------------

@@ -97,6 +97,8 @@ CASES: list[OpCase] = [
     _unary("Logit", uniform(0.1, 0.9)),
     _unary("ThresholdedRelu", avoiding([0.5]), {"alpha": 0.5}),
     _unary("ThresholdedRelu", avoiding([1.0], -3.0, 3.0), id="_default_alpha"),
+    _unary("ThresholdedRelu", avoiding([-0.5, 0.0], -2.0, 2.0), {"alpha": -0.5},
+           id="_negative_alpha"),
     _unary("ReluN", avoiding([0.0, 1.0]), {"n": 1.0}),
     _unary("ReluN", avoiding([0.0], -3.0, 3.0), id="_default_n"),
     _unary("NegateGradient", numeric_scale=-1.0),

@@ -291,3 +291,32 @@ def test_max_passes_a_repeated_blob_once() -> None:
     blobs["Y_grad"] = np.array([3.0, 4.0])
     run_op(ops[0], blobs)
     np.testing.assert_array_equal(blobs["A_grad"], [3.0, 0.0])  # not 2·dY: Max(a, a) = a
+
+
+def test_thresholded_relu_negative_alpha_avoids_the_sign_kernel() -> None:
+    ops, _ = grad(op("ThresholdedRelu", ["X"], ["Y"], alpha=-0.5))
+    assert [sig(g) for g in ops] == [
+        ("Abs", ["Y"], ["_X_grad_abs_y"]),
+        ("ReluGradient", ["_X_grad_abs_y", "Y_grad"], ["X_grad"]),
+    ]
+    blobs = {"X": np.array([-0.3, -1.0, 2.0])}
+    run_op(op("ThresholdedRelu", ["X"], ["Y"], alpha=-0.5), blobs)
+    blobs["Y_grad"] = np.array([1.0, 1.0, 1.0])
+    for g in ops:
+        run_op(g, blobs)
+    np.testing.assert_array_equal(blobs["X_grad"], [1.0, 0.0, 1.0])
+    # Caffe2's own kernel (emulated) would give -1 at the negative output
+    run_op(op("ThresholdedReluGradient", ["Y", "Y_grad"], ["k"]), blobs)
+    np.testing.assert_array_equal(blobs["k"], [-1.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "fwd",
+    [op("Elu", ["X"], ["Y"], alpha=-0.5), op("ELU", ["X"], ["Y"], alpha=-1.0),
+     op("Selu", ["X"], ["Y"], alpha=-1.0), op("Selu", ["X"], ["Y"], scale=-1.0)],
+)
+def test_elu_selu_with_args_that_make_y_ambiguous_are_refused(
+    fwd: caffe2_pb2.OperatorDef,
+) -> None:
+    with pytest.raises(GradientError, match="positive Y no longer implies a positive X"):
+        grad(fwd)
