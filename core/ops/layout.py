@@ -79,7 +79,7 @@ def tile(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.tile(x, reps)]
 
 
-@register_gradient("Tile", op_schema=schema((1, 3), 1), doc="Repeat X along an axis")
+@register_gradient("Tile", op_schema=schema((1, 3), 1, False), doc="Repeat X along an axis")
 def tile_grad(m: GradientMaker) -> list[OperatorDef]:
     """``TileGradient([dY(, tiles)(, axis)] -> [dX])``, args copied."""
     ins = [m.GO(0)] + [m.I(i) for i in range(1, len(m.input_names))]
@@ -124,7 +124,7 @@ def expand(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.broadcast_to(x, out).copy()]
 
 
-@register_gradient("Expand", op_schema=schema(2, 1), doc="Broadcast X to a shape")
+@register_gradient("Expand", op_schema=schema(2, 1, False), doc="Broadcast X to a shape")
 def expand_grad(m: GradientMaker) -> list[OperatorDef]:
     """``ExpandGradient([dY, X] -> [dX])``; ``shape`` gets no gradient."""
     return [m.make_op("ExpandGradient", [m.GO(0), m.I(0)], [m.GI(0)])]
@@ -201,7 +201,7 @@ def pad_image(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(outside, np.asarray(value, dtype=x.dtype), y)]
 
 
-@register_gradient("PadImage", op_schema=schema(1, 1), doc="Pad the H and W dims of a 4-D X")
+@register_gradient("PadImage", op_schema=schema(1, 1, False), doc="Pad the H and W dims of a 4-D X")
 def pad_image_grad(m: GradientMaker) -> list[OperatorDef]:
     """``PadImageGradient([dY] -> [dX])``, args copied."""
     return [m.make_op("PadImageGradient", [m.GO(0)], [m.GI(0)])]
@@ -317,14 +317,14 @@ def depth_split(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return split(op, inputs)
 
 
-@register_gradient("DepthConcat", op_schema=schema((1, -1), 2), doc="Concat on channels")
+@register_gradient("DepthConcat", op_schema=schema((1, -1), 2, False), doc="Concat on channels")
 def depth_concat_grad(m: GradientMaker) -> list[OperatorDef]:
     """``DepthSplit([dY, split_info] -> [dX_0..])``, args copied."""
     return [m.make_op("DepthSplit", [m.GO(0), m.O(1)],
                       [m.GI(i) for i in range(len(m.input_names))])]
 
 
-@register_gradient("DepthSplit", op_schema=schema((1, 2), (1, -1)), doc="Split on channels")
+@register_gradient("DepthSplit", op_schema=schema((1, 2), (1, -1), False), doc="Split on channels")
 def depth_split_grad(m: GradientMaker) -> list[OperatorDef]:
     """``DepthConcat([dY_0..] -> [dX, "_" + dX + "_dims"])``, args copied; a missing dY_j is
     zero-filled first (``ConstantFill([Y_j] -> ["_" + Y_j + "_grad_autogen_zero"])``)."""
@@ -402,13 +402,13 @@ def batch_to_space(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [_batch_to_space(op, np.asarray(inputs[0]))]
 
 
-@register_gradient("SpaceToBatch", op_schema=schema(1, 1), doc="Spatial blocks into batch")
+@register_gradient("SpaceToBatch", op_schema=schema(1, 1, False), doc="Spatial blocks into batch")
 def space_to_batch_grad(m: GradientMaker) -> list[OperatorDef]:
     """``BatchToSpace([dY] -> [dX])``, args copied."""
     return [m.make_op("BatchToSpace", [m.GO(0)], [m.GI(0)])]
 
 
-@register_gradient("BatchToSpace", op_schema=schema(1, 1), doc="Batch into spatial blocks")
+@register_gradient("BatchToSpace", op_schema=schema(1, 1, False), doc="Batch into spatial blocks")
 def batch_to_space_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SpaceToBatch([dY] -> [dX])``, args copied."""
     return [m.make_op("SpaceToBatch", [m.GO(0)], [m.GI(0)])]
@@ -488,13 +488,14 @@ def col2im(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [back]
 
 
-@register_gradient("Im2Col", op_schema=schema(1, 1), doc="Kernel windows of an image as columns")
+@register_gradient("Im2Col", op_schema=schema(1, 1, False),
+                   doc="Kernel windows of an image as columns")
 def im2col_grad(m: GradientMaker) -> list[OperatorDef]:
     """``Col2Im([dY, X] -> [dX])``, args copied."""
     return [m.make_op("Col2Im", [m.GO(0), m.I(0)], [m.GI(0)])]
 
 
-@register_gradient("Col2Im", op_schema=schema(2, 1), doc="Columns added back into an image")
+@register_gradient("Col2Im", op_schema=schema(2, 1, False), doc="Columns added back into an image")
 def col2im_grad(m: GradientMaker) -> list[OperatorDef]:
     """``Im2Col([dY] -> [dX])``, args copied; the shape-giving Z gets no gradient."""
     return [m.make_op("Im2Col", [m.GO(0)], [m.GI(0)])]

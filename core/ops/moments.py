@@ -52,7 +52,7 @@ def moments(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.asarray(mean).astype(dt), np.asarray(var).astype(dt)]
 
 
-@register_gradient("Moments", op_schema=schema(1, 2), doc="Mean and variance over axes")
+@register_gradient("Moments", op_schema=schema(1, 2, False), doc="Mean and variance over axes")
 def moments_grad(m: GradientMaker) -> list[OperatorDef]:
     """``MomentsGradient([dmean, dvariance, X, mean] -> [dX])``, args copied.
 
@@ -109,7 +109,7 @@ def l1_distance(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.abs(x.reshape(n, d) - y.reshape(n, d)).sum(axis=1)]
 
 
-@register_gradient("L1Distance", op_schema=schema(2, 1), doc="Row-wise L1 distance")
+@register_gradient("L1Distance", op_schema=schema(2, 1, False), doc="Row-wise L1 distance")
 def l1_distance_grad(m: GradientMaker) -> list[OperatorDef]:
     """``L1DistanceGradient([X, Y, dZ] -> [dX, dY])``."""
     return [m.make_op("L1DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
@@ -175,7 +175,7 @@ def batch_moments(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [x.mean(axis=axes), (x * x).mean(axis=axes)]
 
 
-@register_gradient("BatchMoments", op_schema=schema(1, 2), doc="Per-channel E[X] and E[X²]")
+@register_gradient("BatchMoments", op_schema=schema(1, 2, False), doc="Per-channel E[X] and E[X²]")
 def batch_moments_grad(m: GradientMaker) -> list[OperatorDef]:
     """``BatchMomentsGradient([dmu, dvar, X] -> [dX])``, args copied; a missing output
     gradient is zero-filled first (corrected behaviour, as for Moments)."""

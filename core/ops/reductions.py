@@ -61,7 +61,7 @@ def sum_elements(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.asarray(s, dtype=x.dtype if x.dtype.kind == "f" else np.float32)]
 
 
-@register_gradient("SumElements", op_schema=schema(1, 1), doc="Scalar sum (or mean) of X")
+@register_gradient("SumElements", op_schema=schema(1, 1, False), doc="Scalar sum (or mean) of X")
 def sum_elements_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SumElementsGradient([X, dY] -> [dX])``, args (``average``) copied."""
     return [m.make_op("SumElementsGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
@@ -245,7 +245,7 @@ def _register_front_back(name: str, front: bool, kind: str) -> None:
     maker.__doc__ = f"``{grad_type}([{reads}(, lengths)] -> [dX])``, args copied."
     gradient.__doc__ = f"``[{reads}(, lengths)] -> [dX]``."
     register_kernel(name)(forward)
-    register_gradient(name, op_schema=schema((1, 2), 1), doc=doc)(maker)
+    register_gradient(name, op_schema=schema((1, 2), 1, False), doc=doc)(maker)
     register_kernel(grad_type, gradient_op=True)(gradient)
 
 
@@ -327,7 +327,7 @@ def _register_reduce(name: str) -> None:
     maker.__doc__ = f"``{grad_type}([dY, X, Y] -> [dX])``, args copied."
     gradient.__doc__ = "``[dY, X, Y] -> [dX]``."
     register_kernel(name)(forward)
-    register_gradient(name, op_schema=schema(1, 1), doc=f"{doc} over axes")(maker)
+    register_gradient(name, op_schema=schema(1, 1, False), doc=f"{doc} over axes")(maker)
     register_kernel(grad_type, gradient_op=True)(gradient)
 
 
@@ -377,7 +377,7 @@ def _register_wise(name: str) -> None:
     maker.__doc__ = f"``{grad_type}([X, Y, dY] -> [dX])``."
     gradient.__doc__ = "``[X, Y, dY] -> [dX]``: dY where X equals the max."
     register_kernel(name)(forward)
-    register_gradient(name, op_schema=schema(1, 1), doc=f"Max of {what} of a B×M×N X")(maker)
+    register_gradient(name, op_schema=schema(1, 1, False), doc=f"Max of {what} of a B×M×N X")(maker)
     register_kernel(grad_type, gradient_op=True)(gradient)
 
 

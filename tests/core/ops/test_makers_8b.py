@@ -320,3 +320,19 @@ def test_elu_selu_with_args_that_make_y_ambiguous_are_refused(
 ) -> None:
     with pytest.raises(GradientError, match="positive Y no longer implies a positive X"):
         grad(fwd)
+
+
+@pytest.mark.parametrize(
+    "fwd",
+    [op("ReduceFrontSum", ["X"], ["X"]), op("Tile", ["X"], ["X"], tiles=2),
+     op("SumElements", ["X"], ["X"]), op("PadImage", ["X"], ["X"], pad=1)],
+)
+def test_shape_changing_ops_refuse_in_place_as_caffe2_schemas_do(
+    fwd: caffe2_pb2.OperatorDef,
+) -> None:
+    # (ReduceFront/Back Sum/Mean read X for its shape only: in place, the later version of X
+    # would have the reduced shape)
+    from core.errors import InvalidNetError
+
+    with pytest.raises(InvalidNetError, match="in-place"):
+        grad(fwd)
