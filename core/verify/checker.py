@@ -15,8 +15,9 @@ Source: Caffe2 ``gradient_checker.py`` (``GradientChecker``, ``NetGradientChecke
 * an element passes when ``|analytic − numeric| <= atol + rtol·|numeric|`` (``np.isclose``);
 * points where the net is not differentiable (a ``Relu``/``LeakyRelu``/``PRelu``/``Abs``
   input within ``10·step`` of 0, a ``MaxPool`` window whose two largest values are within
-  ``10·step``) are found by scanning the forward run and reported as a warning and a note on
-  each blob report - a mismatch there is expected, not a silent failure;
+  ``10·step``; for the issue-8b ops, Clip bounds, Max/Min ties and the others listed in
+  :mod:`core.verify.kinks`) are found by scanning the forward run and reported as a warning
+  and a note on each blob report - a mismatch there is expected, not a silent failure;
 * inputs are snapshotted before anything runs and fed read-only, so in-place ops such as
   ``Relu(X -> X)`` cannot corrupt the values the checker perturbs (bug-cases row 11).
 
@@ -43,6 +44,7 @@ from core.executor.limits import RunLimits, default_limits, element_cap
 from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
 from core.types import Diagnostic, GradientSlice, GradValue
+from core.verify.kinks import KINKS, kink_distances
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
     MODES,
     BlobReport,
@@ -98,6 +100,8 @@ class _KinkScanner:
                               - np.asarray(inputs[1], dtype=np.float64)).reshape(-1)
             except ValueError:  # shapes the kernel itself will refuse
                 dist = None
+        elif (found := kink_distances(op, inputs)) is not None:  # issue-8b ops (kinks.py)
+            dist = found[0]
         if dist is not None and dist.size:
             k = min(1000, dist.size)
             smallest = np.partition(dist, k - 1)[:k] if k < dist.size else dist
@@ -348,6 +352,8 @@ def _kink_diagnostics(found: list[_Kink], tol: float, out: list[Diagnostic]) -> 
         if n == 0:
             continue
         what = "window ties" if k.op_type in _MAXPOOL_OPS else "inputs near the kink at 0"
+        if k.op_type in KINKS:
+            what = KINKS[k.op_type][1]
         count = f"{n}+" if n == k.distances.size == 1000 else str(n)
         msg = (f"{k.path}: {count} {what} (within {tol:g}); the op is not differentiable "
                "there, so finite differences may disagree with the gradient")

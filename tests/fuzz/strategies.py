@@ -644,3 +644,68 @@ def _case_with_int_consts(self: _Gen) -> FuzzCase:
 
 _Gen.draft = _draft_with_sparse  # type: ignore[method-assign]
 _Gen.case = _case_with_int_consts  # type: ignore[method-assign]
+
+# --- issue 8b: smooth math ops in random nets ----------------------------------------------
+# An isolated block (other branches edit the generator above): one op in eight becomes one of
+# the unary math/activation ops or front/back reductions of issue 8b. Each entry gives the
+# input requirement (see Val.meets) and how the output's flags follow from the input's;
+# squashing ops (bounded whatever the input) may also write loop-carried blobs.
+_I8B_UNARY: dict[str, tuple[str, bool]] = {
+    # op: (input requirement, squash)
+    "Sin": ("", True), "Cos": ("", True), "Atan": ("", True), "Erf": ("", True),
+    "Softsign": ("", True), "Swish": ("", False), "Gelu": ("", False), "Mish": ("", False),
+    "Softplus": ("", False), "Sqr": ("", False), "Cube": ("small", False),
+    "Sinh": ("small", False), "Cosh": ("small", False), "Elu": ("away", False),
+    "Selu": ("away", False), "Reciprocal": ("pos", False), "Rsqrt": ("pos", False),
+}
+_I8B_REDUCE = ("ReduceFrontSum", "ReduceBackSum", "ReduceFrontMean", "ReduceBackMean")
+
+
+def _i8b_unary_out(op_type: str, v: Val) -> Val:
+    """Flags of ``op_type``'s output given its input's flags."""
+    k, small = v.kind, v.small
+    if op_type in ("Sin", "Cos", "Atan", "Erf", "Softsign"):
+        return Val(k, small=True)
+    if op_type in ("Swish", "Gelu", "Mish"):  # |f(x)| <= |x| + small
+        return Val(k, small=small)
+    if op_type == "Softplus":  # in (0.12, 2.2) for |x| < 2
+        return Val(k, pos=small)
+    if op_type == "Sqr":
+        return Val(k, pos=v.away)
+    if op_type == "Cosh":
+        return Val(k, pos=True, away=True)
+    if op_type in ("Reciprocal", "Rsqrt"):  # x in (0.25, 2): 1/x, 1/sqrt(x) in (0.5, 4)
+        return Val(k, pos=small, away=small)
+    if op_type in ("Elu", "Selu"):
+        return Val(k)
+    return Val(k)  # Cube, Sinh
+
+
+def _i8b_draft(self: _Gen, b: _Block) -> _Draft:
+    """An issue-8b op reading blobs of ``b``."""
+    if self.draw(st.integers(0, 3)) == 3:
+        op_type = self.draw(st.sampled_from(_I8B_REDUCE))
+        x = self.pick(b, "M")
+        v = self.vals[x]
+        out = Val("V", pos=v.pos, small=op_type.endswith("Mean") and v.small)
+        return _Draft(op_type, [x], out)
+    op_type = self.draw(st.sampled_from(sorted(_I8B_UNARY)))
+    need, squash = _I8B_UNARY[op_type]
+    x = self.pick(b, self.kind(), need)
+    out = _i8b_unary_out(op_type, self.vals[x])
+    # Softsign refuses to run in place (as in Caffe2)
+    return _Draft(op_type, [x], out, inplace=() if op_type == "Softsign" else (0,),
+                  squash=squash)
+
+
+_i8b_base_draft = _Gen.draft
+
+
+def _draft_with_i8b(self: _Gen, b: _Block) -> _Draft:
+    # (7 -> an issue-8b op: shrinking towards 0 keeps the original generator's choice)
+    if self.draw(st.integers(0, 7)) == 7:
+        return _i8b_draft(self, b)
+    return _i8b_base_draft(self, b)
+
+
+_Gen.draft = _draft_with_i8b  # type: ignore[method-assign]

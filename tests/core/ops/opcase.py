@@ -73,6 +73,9 @@ class OpCase:
         atol, rtol: tolerances for analytic vs numeric.
         step: finite-difference step.
         id: pytest id suffix.
+        numeric_scale: the analytic gradient must equal ``numeric_scale`` times the finite
+            differences: 1 for every true gradient; -1 for ``NegateGradient``, whose
+            gradient is the negated one by definition.
     """
 
     op_type: str
@@ -85,6 +88,7 @@ class OpCase:
     rtol: float = 1e-5
     step: float = 1e-6
     id: str = ""
+    numeric_scale: float = 1.0
 
     def build(self) -> caffe2_pb2.OperatorDef:
         """The forward OperatorDef of this case."""

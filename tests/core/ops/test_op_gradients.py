@@ -50,7 +50,7 @@ def test_numeric_gradient(case: OpCase) -> None:
     for name in case.checked():
         np.testing.assert_allclose(
             res.analytic[name],
-            res.numeric[name],
+            case.numeric_scale * res.numeric[name],
             atol=case.atol,
             rtol=case.rtol,
             err_msg=f"{case.op_type}{case.id}: gradient of {name} (seed {SEED})",
