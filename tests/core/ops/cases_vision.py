@@ -1,0 +1,76 @@
+"""Numeric gradient cases of core/ops/vision.py (issue 8c).
+
+RoI max pooling uses tie-free inputs (``distinct``) so every bin has one maximum; RoIs,
+indices and labels are constants (no gradient in Caffe2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.core.ops.opcase import OpCase, OpInput, const, distinct
+
+_ROIS = const(
+    np.array([[0, 0.0, 0.0, 3.0, 2.0], [1, 1.0, 1.0, 4.0, 4.0], [0, 2.0, 0.0, 2.0, 1.0]])
+)
+
+CASES: list[OpCase] = [
+    OpCase("UpsampleNearest", [OpInput("X", (1, 2, 2, 3))], ["Y"], args={"scale": 2}),
+    OpCase(
+        "UpsampleBilinear",
+        [OpInput("X", (1, 2, 3, 3))],
+        ["Y"],
+        args={"height_scale": 2.0, "width_scale": 1.5},
+    ),
+    OpCase(
+        "UpsampleBilinear",
+        [OpInput("X", (2, 1, 2, 4)), OpInput("scales", (2,), const([1.5, 2.0]))],
+        ["Y"],
+        id="_scales_input",
+    ),
+    OpCase(
+        "ResizeNearest3D",
+        [OpInput("X", (1, 2, 2, 2, 3))],
+        ["Y"],
+        args={"temporal_scale": 2.0, "height_scale": 1.5, "width_scale": 2.0},
+    ),
+    OpCase(
+        "BatchPermutation",
+        [OpInput("X", (4, 3)), OpInput("idx", (4,), const(np.array([2, 0, 3, 1], dtype=np.int32)))],
+        ["Y"],
+    ),
+    OpCase(
+        "GroupSpatialSoftmax",
+        [OpInput("X", (2, 6, 2, 2))],
+        ["Y"],
+        args={"num_classes": 3},
+    ),
+    OpCase(
+        "SpatialNarrowAs",
+        [OpInput("A", (2, 3, 4, 5)), OpInput("B", (2, 1, 3, 2), const(np.zeros((2, 1, 3, 2))))],
+        ["Y"],
+    ),
+    OpCase(
+        "SampleAs",
+        [OpInput("X", (5, 3)), OpInput("L", (5,), const(np.array([1, 0, 2, -1, 1], dtype=np.int32)))],
+        ["Y"],
+    ),
+    OpCase(
+        "RoIPool",
+        [OpInput("X", (2, 2, 5, 6), distinct), OpInput("rois", (3, 5), _ROIS)],
+        ["Y", "argmax"],
+        args={"pooled_h": 2, "pooled_w": 2, "spatial_scale": 1.0},
+    ),
+    OpCase(
+        "RoIPoolF",
+        [OpInput("X", (2, 2, 8, 8), distinct), OpInput("rois", (3, 5), _ROIS)],
+        ["Y", "argmax"],
+        args={"pooled_h": 2, "pooled_w": 3, "spatial_scale": 0.5},
+    ),
+    OpCase(
+        "PSRoIPool",
+        [OpInput("X", (2, 8, 5, 6)), OpInput("rois", (3, 5), _ROIS)],
+        ["Y", "mapping"],
+        args={"group_size": 2, "output_dim": 2, "spatial_scale": 1.0},
+    ),
+]
