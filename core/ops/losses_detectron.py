@@ -80,11 +80,7 @@ def smooth_l1_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
 )
 def smooth_l1_loss_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SmoothL1LossGradient([Y_hat, Y, alpha_in, alpha_out, d_loss] → [dY_hat])``."""
-    return [
-        m.make_op(
-            "SmoothL1LossGradient", [m.I(0), m.I(1), m.I(2), m.I(3), m.GO(0)], [m.GI(0)]
-        )
-    ]
+    return [m.make_op("SmoothL1LossGradient", [m.I(0), m.I(1), m.I(2), m.I(3), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("SmoothL1LossGradient", gradient_op=True)
@@ -106,7 +102,9 @@ def smooth_l1_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[n
 # ---------------------------------------------------------------------------------------------
 
 
-def _ssl1_index(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[tuple[np.ndarray, ...], float]:
+def _ssl1_index(
+    op: OperatorDef, inputs: Sequence[np.ndarray]
+) -> tuple[tuple[np.ndarray, ...], float]:
     yh, y, loc = inputs[0], inputs[1], inputs[2]
     if yh.ndim != 4 or y.ndim != 2 or y.shape[1] != 4 or loc.shape != y.shape:
         raise _fail(op, inputs, "Y_hat must be (N, D, H, W), Y and L (M, 4)")
@@ -173,7 +171,9 @@ def select_smooth_l1_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def _scel(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _scel(
+    op: OperatorDef, inputs: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     x, t = inputs[0], inputs[1]
     if t.shape != x.shape:
         raise _fail(op, inputs, "targets must have X's shape")
@@ -200,9 +200,7 @@ def sigmoid_cross_entropy_loss(op: OperatorDef, inputs: list[np.ndarray]) -> lis
 )
 def sigmoid_cross_entropy_loss_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SigmoidCrossEntropyLossGradient([X, targets, d_loss] → [dX])``."""
-    return [
-        m.make_op("SigmoidCrossEntropyLossGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])
-    ]
+    return [m.make_op("SigmoidCrossEntropyLossGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("SigmoidCrossEntropyLossGradient", gradient_op=True)
@@ -271,9 +269,7 @@ def sigmoid_focal_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nda
 )
 def sigmoid_focal_loss_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SigmoidFocalLossGradient([X, T, wp, d_loss] → [dX])``."""
-    return [
-        m.make_op("SigmoidFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.GO(0)], [m.GI(0)])
-    ]
+    return [m.make_op("SigmoidFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("SigmoidFocalLossGradient", gradient_op=True)
@@ -336,9 +332,7 @@ def softmax_focal_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nda
 def softmax_focal_loss_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SoftmaxFocalLossGradient([X, T, wp, P, d_loss] → [dX])``."""
     return [
-        m.make_op(
-            "SoftmaxFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.O(1), m.GO(0)], [m.GI(0)]
-        )
+        m.make_op("SoftmaxFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.O(1), m.GO(0)], [m.GI(0)])
     ]
 
 

@@ -67,9 +67,9 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def _sce_f(op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray, t: np.ndarray) -> tuple[
-    np.ndarray, np.ndarray
-]:
+def _sce_f(
+    op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """``(f, f')`` of the op's mode, elementwise (float64)."""
     log_d = get_bool(op, "log_D_trick", False)
     unjoined = get_bool(op, "unjoined_lr_loss", False)
@@ -89,7 +89,9 @@ def _sce_rows(x: np.ndarray) -> tuple[tuple[int, ...], int]:
 
 
 @register_kernel("SigmoidCrossEntropyWithLogits")
-def sigmoid_cross_entropy_with_logits(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def sigmoid_cross_entropy_with_logits(
+    op: OperatorDef, inputs: list[np.ndarray]
+) -> list[np.ndarray]:
     """SigmoidCrossEntropyWithLogits forward → ``[loss (logits dims[:-1])]``."""
     _arity(op, inputs, 2, 2, "logits, targets")
     _same_shape(op, inputs, 1)
@@ -107,9 +109,7 @@ def sigmoid_cross_entropy_with_logits(op: OperatorDef, inputs: list[np.ndarray])
 def sigmoid_cross_entropy_with_logits_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SigmoidCrossEntropyWithLogitsGradient([dY, logits, targets] → [dlogits])``."""
     return [
-        m.make_op(
-            "SigmoidCrossEntropyWithLogitsGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0)]
-        )
+        m.make_op("SigmoidCrossEntropyWithLogitsGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0)])
     ]
 
 
@@ -235,9 +235,7 @@ def make_two_class(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
     return [np.stack([1 - x, x], axis=-1).astype(x.dtype)]
 
 
-@register_gradient(
-    "MakeTwoClass", op_schema=schema(1, 1, inplace=False), doc="[1 − p, p] columns"
-)
+@register_gradient("MakeTwoClass", op_schema=schema(1, 1, inplace=False), doc="[1 − p, p] columns")
 def make_two_class_grad(m: GradientMaker) -> list[OperatorDef]:
     """``MakeTwoClassGradient([dY] → [dX])``."""
     return [m.make_op("MakeTwoClassGradient", [m.GO(0)], [m.GI(0)])]
@@ -317,7 +315,10 @@ def bernoulli_jsd_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np
 
 
 def _sswl_parts(
-    op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray, lab: np.ndarray,
+    op: OperatorDef,
+    inputs: Sequence[np.ndarray],
+    x: np.ndarray,
+    lab: np.ndarray,
     w: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Return ``(onehot (N, D, H, W), care·w (N, H, W), P, W)``."""
@@ -473,9 +474,7 @@ def cosine_embedding_criterion(op: OperatorDef, inputs: list[np.ndarray]) -> lis
 )
 def cosine_embedding_criterion_grad(m: GradientMaker) -> list[OperatorDef]:
     """``CosineEmbeddingCriterionGradient([S, Y, dOut] → [dS])``."""
-    return [
-        m.make_op("CosineEmbeddingCriterionGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])
-    ]
+    return [m.make_op("CosineEmbeddingCriterionGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("CosineEmbeddingCriterionGradient", gradient_op=True)

@@ -150,11 +150,7 @@ def cosine_similarity(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
 )
 def cosine_similarity_grad(m: GradientMaker) -> list[OperatorDef]:
     """``CosineSimilarityGradient([X, Y, dC] → [dX, dY])``."""
-    return [
-        m.make_op(
-            "CosineSimilarityGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)]
-        )
-    ]
+    return [m.make_op("CosineSimilarityGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
 
 
 @register_kernel("CosineSimilarityGradient", gradient_op=True)
@@ -233,9 +229,7 @@ def dot_product_with_padding(op: OperatorDef, inputs: list[np.ndarray]) -> list[
 def dot_product_with_padding_grad(m: GradientMaker) -> list[OperatorDef]:
     """``DotProductWithPaddingGradient([X, Y, dO] → [dX, dY])``."""
     return [
-        m.make_op(
-            "DotProductWithPaddingGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)]
-        )
+        m.make_op("DotProductWithPaddingGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])
     ]
 
 

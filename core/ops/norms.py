@@ -336,9 +336,7 @@ def rms_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def rms_norm_grad(m: GradientMaker) -> list[OperatorDef]:
     """``RMSNormGradient([dY, X, gamma, rrms] → [dX, dgamma, dbeta])``."""
     return [
-        m.make_op(
-            "RMSNormGradient", [m.GO(0), m.I(0), m.I(1), m.O(1)], [m.GI(0), m.GI(1), m.GI(2)]
-        )
+        m.make_op("RMSNormGradient", [m.GO(0), m.I(0), m.I(1), m.O(1)], [m.GI(0), m.GI(1), m.GI(2)])
     ]
 
 

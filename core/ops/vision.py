@@ -160,10 +160,14 @@ def upsample_bilinear_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> lis
 # ---------------------------------------------------------------------------------------------
 
 
-def _resize3d_maps(op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+def _resize3d_maps(
+    op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray
+) -> list[np.ndarray]:
     _nchw(op, inputs, x, 5)
     maps = []
-    for size, name in zip(x.shape[2:], ("temporal_scale", "height_scale", "width_scale"), strict=True):
+    for size, name in zip(
+        x.shape[2:], ("temporal_scale", "height_scale", "width_scale"), strict=True
+    ):
         s = get_float(op, name, 1.0)
         if s <= 0:
             raise _fail(op, inputs, f"{name} must be positive")
@@ -474,9 +478,7 @@ def _roi_pool_maker(grad_type: str) -> None:
 
     maker.__doc__ = f"``{grad_type}([X, rois, argmax, dY] → [dX])``."
     fwd = grad_type.removesuffix("Gradient")
-    register_gradient(
-        fwd, op_schema=schema(2, (1, 2), inplace=False), doc="RoI max pooling"
-    )(maker)
+    register_gradient(fwd, op_schema=schema(2, (1, 2), inplace=False), doc="RoI max pooling")(maker)
     register_kernel(fwd)(_roi_pool_forward)
     register_kernel(grad_type, gradient_op=True)(_roi_pool_backward)
 

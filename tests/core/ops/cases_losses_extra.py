@@ -30,7 +30,9 @@ def probs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 def clear_of_beta(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """|v| in [0.1, 0.7) ∪ [1.3, 2.0) with random sign: SmoothL1 (beta 1) away from its kink."""
-    mag = np.where(rng.random(shape) < 0.5, rng.uniform(0.1, 0.7, shape), rng.uniform(1.3, 2.0, shape))
+    mag = np.where(
+        rng.random(shape) < 0.5, rng.uniform(0.1, 0.7, shape), rng.uniform(1.3, 2.0, shape)
+    )
     return mag * rng.choice([-1.0, 1.0], shape)
 
 
@@ -45,7 +47,9 @@ _FOCAL_T_SIG = const(np.array([[[[1, 0], [3, -1]], [[2, 2], [0, 1]]]], dtype=np.
 _FOCAL_T_SOFT = const(np.array([[[[1, 0], [2, -1]], [[2, 2], [0, 1]]]], dtype=np.int32))
 
 CASES: list[OpCase] = [
-    OpCase("SigmoidCrossEntropyWithLogits", [OpInput("X", (3, 4)), OpInput("T", (3, 4), _T01)], ["Y"]),
+    OpCase(
+        "SigmoidCrossEntropyWithLogits", [OpInput("X", (3, 4)), OpInput("T", (3, 4), _T01)], ["Y"]
+    ),
     OpCase(
         "SigmoidCrossEntropyWithLogits",
         [OpInput("X", (3, 4)), OpInput("T", (3, 4), _T01)],
@@ -75,9 +79,17 @@ CASES: list[OpCase] = [
         ],
         ["Y"],
     ),
-    OpCase("CrossEntropy", [OpInput("X", (3, 4), probs), OpInput("L", (3, 4), const(_PROB_LABEL))], ["Y"]),
+    OpCase(
+        "CrossEntropy",
+        [OpInput("X", (3, 4), probs), OpInput("L", (3, 4), const(_PROB_LABEL))],
+        ["Y"],
+    ),
     OpCase("MakeTwoClass", [OpInput("X", (3, 2), probs)], ["Y"]),
-    OpCase("BernoulliJSD", [OpInput("X", (3, 4), probs), OpInput("T", (3, 4), const(np.full((3, 4), 0.3)))], ["L"]),
+    OpCase(
+        "BernoulliJSD",
+        [OpInput("X", (3, 4), probs), OpInput("T", (3, 4), const(np.full((3, 4), 0.3)))],
+        ["L"],
+    ),
     OpCase(
         "SpatialSoftmaxWithLoss",
         [OpInput("X", (2, 3, 2, 2)), OpInput("labels", (2, 2, 2), _SSWL_LABELS)],
@@ -151,32 +163,58 @@ CASES: list[OpCase] = [
     ),
     OpCase(
         "SigmoidCrossEntropyLoss",
-        [OpInput("X", (2, 3, 2)), OpInput("T", (2, 3, 2), const(np.array([1, 0, -1, 1, 0, 0, 1, -1, 1, 0, 1, 1], dtype=np.int32).reshape(2, 3, 2)))],
+        [
+            OpInput("X", (2, 3, 2)),
+            OpInput(
+                "T",
+                (2, 3, 2),
+                const(
+                    np.array([1, 0, -1, 1, 0, 0, 1, -1, 1, 0, 1, 1], dtype=np.int32).reshape(
+                        2, 3, 2
+                    )
+                ),
+            ),
+        ],
         ["loss"],
         args={"scale": 2.0},
     ),
     OpCase(
         "SigmoidCrossEntropyLoss",
-        [OpInput("X", (2, 3)), OpInput("T", (2, 3), const(np.array([[1, 0, -1], [0, 1, 1]], dtype=np.int32)))],
+        [
+            OpInput("X", (2, 3)),
+            OpInput("T", (2, 3), const(np.array([[1, 0, -1], [0, 1, 1]], dtype=np.int32))),
+        ],
         ["loss"],
         args={"normalize": 0},
         id="_by_batch",
     ),
     OpCase(
         "SigmoidFocalLoss",
-        [OpInput("X", (1, 6, 2, 2)), OpInput("T", (1, 2, 2, 2), _FOCAL_T_SIG), OpInput("wp", (1,), const([3.0]))],
+        [
+            OpInput("X", (1, 6, 2, 2)),
+            OpInput("T", (1, 2, 2, 2), _FOCAL_T_SIG),
+            OpInput("wp", (1,), const([3.0])),
+        ],
         ["loss"],
         args={"num_classes": 3, "gamma": 2.0, "alpha": 0.25, "scale": 1.5},
     ),
     OpCase(
         "SoftmaxFocalLoss",
-        [OpInput("X", (1, 6, 2, 2)), OpInput("T", (1, 2, 2, 2), _FOCAL_T_SOFT), OpInput("wp", (1,), const([3.0]))],
+        [
+            OpInput("X", (1, 6, 2, 2)),
+            OpInput("T", (1, 2, 2, 2), _FOCAL_T_SOFT),
+            OpInput("wp", (1,), const([3.0])),
+        ],
         ["loss", "P"],
         args={"num_classes": 3, "gamma": 2.0, "alpha": 0.25, "scale": 1.5},
     ),
     OpCase(
         "SoftmaxFocalLoss",
-        [OpInput("X", (1, 6, 2, 2)), OpInput("T", (1, 2, 2, 2), _FOCAL_T_SOFT), OpInput("wp", (1,), const([0.5]))],
+        [
+            OpInput("X", (1, 6, 2, 2)),
+            OpInput("T", (1, 2, 2, 2), _FOCAL_T_SOFT),
+            OpInput("wp", (1,), const([0.5])),
+        ],
         ["loss", "P"],
         args={"num_classes": 3, "gamma": 0.5},
         id="_gamma_half",

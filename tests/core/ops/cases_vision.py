@@ -10,9 +10,7 @@ import numpy as np
 
 from tests.core.ops.opcase import OpCase, OpInput, const, distinct
 
-_ROIS = const(
-    np.array([[0, 0.0, 0.0, 3.0, 2.0], [1, 1.0, 1.0, 4.0, 4.0], [0, 2.0, 0.0, 2.0, 1.0]])
-)
+_ROIS = const(np.array([[0, 0.0, 0.0, 3.0, 2.0], [1, 1.0, 1.0, 4.0, 4.0], [0, 2.0, 0.0, 2.0, 1.0]]))
 
 CASES: list[OpCase] = [
     OpCase("UpsampleNearest", [OpInput("X", (1, 2, 2, 3))], ["Y"], args={"scale": 2}),
@@ -52,7 +50,10 @@ CASES: list[OpCase] = [
     ),
     OpCase(
         "SampleAs",
-        [OpInput("X", (5, 3)), OpInput("L", (5,), const(np.array([1, 0, 2, -1, 1], dtype=np.int32)))],
+        [
+            OpInput("X", (5, 3)),
+            OpInput("L", (5,), const(np.array([1, 0, 2, -1, 1], dtype=np.int32))),
+        ],
         ["Y"],
     ),
     OpCase(
