@@ -487,3 +487,85 @@ def cosine_embedding_criterion_gradient(
     s, y, do = inputs[0].astype(np.float64), inputs[1], inputs[2].astype(np.float64)
     ds = do * np.where(y == 1, -1.0, (s >= get_float(op, "margin", 0.0)).astype(np.float64))
     return [ds.astype(inputs[0].dtype)]
+
+
+# ---------------------------------------------------------------------------------------------
+# PairWiseLoss: in [X (N, or N×1 scores), label (N, or N×1; floats)(, lengths (S,) int32)],
+# out Y (S,) (S = 1 without lengths): per session, over the pairs j < i with different labels,
+#   Y_s = mean over pairs of softplus(sign·(x_j − x_i)), sign = +1 if label_i > label_j else −1.
+# Grad PairWiseLossGradient([X, label, dY(, lengths)] → [dX]): per pair
+#   g = sign·dY_s·σ(sign·(x_j − x_i)); dX_i −= g, dX_j += g; then /pairs.
+# (Caffe2 clips softplus to 0 / z beyond |z| > −log(FLT_EPSILON) ≈ 15.9, an error below 1.2e−7
+# that its gradient ignores too; netgrad computes softplus exactly.)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pairwise_setup(
+    op: OperatorDef, inputs: Sequence[np.ndarray], lengths: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    x, lab = inputs[0], inputs[1]
+    n = x.shape[0] if x.ndim else 0
+    if x.size != n or lab.shape[:1] != (n,) or lab.size != n:
+        raise _fail(op, inputs, "X and label must be N or N×1")
+    if lengths is not None:
+        if lengths.ndim != 1 or int(lengths.sum()) != n or np.any(lengths < 0):
+            raise _fail(op, inputs, f"lengths must be ≥ 0 and sum to N = {n}")
+        lens = [int(v) for v in lengths]
+    else:
+        lens = [n]
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
+    return (
+        x.reshape(n).astype(np.float64),
+        lab.reshape(n).astype(np.float64),
+        list(zip(starts.tolist(), lens, strict=True)),
+    )
+
+
+def _pairs(lab: np.ndarray, start: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(i, j, sign)`` of the pairs j < i of one session whose labels differ."""
+    i, j = np.tril_indices(length, -1)
+    i, j = i + start, j + start
+    keep = np.abs(lab[i] - lab[j]) >= np.finfo(np.float32).eps
+    i, j = i[keep], j[keep]
+    return i, j, np.where(lab[i] > lab[j], 1.0, -1.0)
+
+
+@register_kernel("PairWiseLoss")
+def pair_wise_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """PairWiseLoss forward → ``[Y (sessions,)]`` (Caffe2 ``rank_loss_op.cc``)."""
+    _arity(op, inputs, 2, 3, "X, label(, lengths)")
+    x, lab, sessions = _pairwise_setup(op, inputs, inputs[2] if len(inputs) == 3 else None)
+    y = np.zeros(len(sessions), dtype=np.float64)
+    for s, (start, length) in enumerate(sessions):
+        i, j, sign = _pairs(lab, start, length)
+        if i.size:
+            y[s] = softplus(sign * (x[j] - x[i])).mean()
+    return [y.astype(inputs[0].dtype)]
+
+
+@register_gradient(
+    "PairWiseLoss", op_schema=schema((2, 3), 1, inplace=False), doc="pairwise ranking loss"
+)
+def pair_wise_loss_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``PairWiseLossGradient([X, label, dY(, lengths)] → [dX])``."""
+    ins = [m.I(0), m.I(1), m.GO(0)] + ([m.I(2)] if len(m.input_names) == 3 else [])
+    return [m.make_op("PairWiseLossGradient", ins, [m.GI(0)])]
+
+
+@register_kernel("PairWiseLossGradient", gradient_op=True)
+def pair_wise_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """PairWiseLossGradient kernel (see the paragraph above)."""
+    _arity(op, inputs, 3, 4, "X, label, dY(, lengths)")
+    x, lab, sessions = _pairwise_setup(op, inputs, inputs[3] if len(inputs) == 4 else None)
+    dy = inputs[2].reshape(-1).astype(np.float64)
+    if dy.size != len(sessions):
+        raise _fail(op, inputs, f"dY must have {len(sessions)} elements")
+    dx = np.zeros_like(x)
+    for s, (start, length) in enumerate(sessions):
+        i, j, sign = _pairs(lab, start, length)
+        if not i.size:
+            continue
+        g = sign * dy[s] * sigmoid(sign * (x[j] - x[i])) / i.size
+        np.add.at(dx, i, -g)
+        np.add.at(dx, j, g)
+    return [dx.reshape(inputs[0].shape).astype(inputs[0].dtype)]

@@ -219,4 +219,22 @@ CASES: list[OpCase] = [
         args={"num_classes": 3, "gamma": 0.5},
         id="_gamma_half",
     ),
+    OpCase(
+        "PairWiseLoss",
+        [
+            OpInput("X", (5, 1)),
+            OpInput("label", (5, 1), const(np.array([[1.0], [0.0], [2.0], [0.0], [1.0]]))),
+        ],
+        ["Y"],
+    ),
+    OpCase(
+        "PairWiseLoss",
+        [
+            OpInput("X", (6,)),
+            OpInput("label", (6,), const([1.0, 0.0, 0.0, 2.0, 1.0, 1.0])),
+            OpInput("lengths", (3,), const(np.array([2, 3, 1], dtype=np.int32))),
+        ],
+        ["Y"],
+        id="_lengths",
+    ),
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.core.ops.opcase import OpCase, OpInput, const, distinct
+from tests.core.ops.opcase import OpCase, OpInput, away_from_zero, const, distinct
 
 _ROIS = const(np.array([[0, 0.0, 0.0, 3.0, 2.0], [1, 1.0, 1.0, 4.0, 4.0], [0, 2.0, 0.0, 2.0, 1.0]]))
 
@@ -73,5 +73,24 @@ CASES: list[OpCase] = [
         [OpInput("X", (2, 8, 5, 6)), OpInput("rois", (3, 5), _ROIS)],
         ["Y", "mapping"],
         args={"group_size": 2, "output_dim": 2, "spatial_scale": 1.0},
+    ),
+    OpCase(
+        "LpPool",
+        [OpInput("X", (1, 2, 4, 4), away_from_zero)],
+        ["Y"],
+        args={"kernel": 2, "stride": 2, "p": 2.0},
+    ),
+    OpCase(
+        "LpPool",
+        [OpInput("X", (1, 3, 3, 2), away_from_zero)],
+        ["Y"],
+        args={"kernel": 2, "stride": 1, "pad": 1, "p": 3.0, "order": "NHWC"},
+        id="_p3_pad_nhwc",
+    ),
+    OpCase(
+        "MaxPoolWithIndex",
+        [OpInput("X", (2, 2, 5, 4), distinct)],
+        ["Y", "mask"],
+        args={"kernel": 2, "stride": 2, "pad": 1},
     ),
 ]
