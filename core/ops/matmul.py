@@ -122,9 +122,10 @@ def batch_matmul_grad(m: GradientMaker) -> list[OperatorDef]:
 
 # ---------------------------------------------------------------------------------------------
 # CosineSimilarity: in [X, Y] (N×D, or 1-D = one row), out C (N,):
-#   C_i = X_i·Y_i / √max(|X_i|²·|Y_i|², kEps).
+#   C_i = X_i·Y_i / √(max(|X_i|², kEps)·max(|Y_i|², kEps)).
 # Grad CosineSimilarityGradient([X, Y, dC] → [dX, dY]):
-#   dX_i = dC_i·(Y_i/(|X_i||Y_i|) − C_i·X_i/|X_i|²), dY symmetric.
+#   dX_i = dC_i·(Y_i/(|X_i||Y_i|) − C_i·X_i/|X_i|²) (the second term only where |X_i|² > kEps,
+#   where the denominator depends on X), dY symmetric.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -142,7 +143,8 @@ def cosine_similarity(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     _arity(op, inputs, 2, 2, "X, Y")
     x, y, _ = _rows2(op, inputs)
     xx, yy, xy = (x * x).sum(1), (y * y).sum(1), (x * y).sum(1)
-    return [(xy / np.sqrt(np.maximum(xx * yy, K_EPS))).astype(inputs[0].dtype)]
+    den = np.sqrt(np.maximum(xx, K_EPS) * np.maximum(yy, K_EPS))
+    return [(xy / den).astype(inputs[0].dtype)]
 
 
 @register_gradient(
@@ -162,12 +164,13 @@ def cosine_similarity_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> lis
     if dc.size != n:
         raise _fail(op, inputs, f"dC must have {n} elements")
     xx, yy, xy = (x * x).sum(1), (y * y).sum(1), (x * y).sum(1)
-    prod = xx * yy
-    inv = 1.0 / np.sqrt(np.maximum(prod, K_EPS))
-    live = (prod > K_EPS)[:, None]  # below the floor the denominator is constant
+    nx, ny = np.maximum(xx, K_EPS), np.maximum(yy, K_EPS)
+    inv = 1.0 / np.sqrt(nx * ny)
     cos = xy * inv
-    dx = dc[:, None] * (y * inv[:, None] - live * cos[:, None] * x / np.maximum(xx, K_EPS)[:, None])
-    dy = dc[:, None] * (x * inv[:, None] - live * cos[:, None] * y / np.maximum(yy, K_EPS)[:, None])
+    # below the floor a norm is a constant: its term of the derivative vanishes
+    live_x, live_y = (xx > K_EPS)[:, None], (yy > K_EPS)[:, None]
+    dx = dc[:, None] * (y * inv[:, None] - live_x * cos[:, None] * x / nx[:, None])
+    dy = dc[:, None] * (x * inv[:, None] - live_y * cos[:, None] * y / ny[:, None])
     shape = inputs[0].shape
     return [dx.reshape(shape).astype(inputs[0].dtype), dy.reshape(shape).astype(inputs[1].dtype)]
 
@@ -350,3 +353,45 @@ def lp_norm_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarr
     if get_bool(op, "average", False):
         g = g / max(x.size, 1)
     return [(g * dy).astype(inputs[0].dtype)]
+
+
+# ---------------------------------------------------------------------------------------------
+# L1Distance: in [X, Y] (same shape; N = dim 0, rows of D = size/N), out Z (N,) = Σ_j |X − Y|.
+# Grad L1DistanceGradient([X, Y, dZ] → [dX, dY]): dX = dZ·sign(X − Y) (0 within kEps),
+# dY = −dX.
+# ---------------------------------------------------------------------------------------------
+
+
+def _l1_rows(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    x, y = inputs[0], inputs[1]
+    if x.shape != y.shape:
+        raise _fail(op, inputs, "X and Y must have the same shape")
+    n = x.shape[0] if x.ndim > 0 else 1
+    return (x.astype(np.float64) - y.astype(np.float64)).reshape(n, -1), n
+
+
+@register_kernel("L1Distance")
+def l1_distance(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """L1Distance forward → ``[Z (N,)]`` (Caffe2 ``distance_op.cc``)."""
+    _arity(op, inputs, 2, 2, "X, Y")
+    diff, _ = _l1_rows(op, inputs)
+    return [np.abs(diff).sum(1).astype(inputs[0].dtype)]
+
+
+@register_gradient("L1Distance", op_schema=schema(2, 1, inplace=False), doc="row-wise L1 distance")
+def l1_distance_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``L1DistanceGradient([X, Y, dZ] → [dX, dY])``."""
+    return [m.make_op("L1DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
+
+
+@register_kernel("L1DistanceGradient", gradient_op=True)
+def l1_distance_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """L1DistanceGradient: ``dX = dZ·sign(X − Y)``, ``dY = −dX``."""
+    _arity(op, inputs, 3, 3, "X, Y, dZ")
+    diff, n = _l1_rows(op, inputs)
+    dz = inputs[2].reshape(-1).astype(np.float64)
+    if dz.size != n:
+        raise _fail(op, inputs, f"dZ must have {n} elements")
+    sign = np.where(diff > K_EPS, 1.0, np.where(diff < -K_EPS, -1.0, 0.0))
+    dx = (sign * dz[:, None]).reshape(inputs[0].shape)
+    return [dx.astype(inputs[0].dtype), (-dx).astype(inputs[1].dtype)]

@@ -7,7 +7,9 @@ away from 0 (its kink).
 
 from __future__ import annotations
 
-from tests.core.ops.opcase import OpCase, OpInput, away_from_zero, positive
+import numpy as np
+
+from tests.core.ops.opcase import OpCase, OpInput, away_from_zero, const, positive
 
 _X = OpInput("X", (2, 3, 4))
 
@@ -136,5 +138,18 @@ CASES: list[OpCase] = [
         ["Y"],
         args={"is_learnable": 1, "order": "NHWC"},
         id="_learnable_nhwc",
+    ),
+    OpCase(
+        "L1Distance",
+        [OpInput("X", (3, 4), away_from_zero), OpInput("Y", (3, 4), const(np.zeros((3, 4))))],
+        ["Z"],
+        check=["X"],
+    ),
+    OpCase(
+        "L1Distance",
+        [OpInput("X", (4,), const(np.zeros(4))), OpInput("Y", (4,), away_from_zero)],
+        ["Z"],
+        check=["Y"],
+        id="_1d_dY",
     ),
 ]

@@ -93,4 +93,12 @@ CASES: list[OpCase] = [
         ["Y", "mask"],
         args={"kernel": 2, "stride": 2, "pad": 1},
     ),
+    OpCase("ChannelShuffle", [OpInput("X", (2, 6, 2, 1))], ["Y"], args={"group": 2}),
+    OpCase(
+        "ChannelShuffle",
+        [OpInput("X", (1, 2, 2, 6))],
+        ["Y"],
+        args={"group": 3, "order": "NHWC"},
+        id="_nhwc",
+    ),
 ]
