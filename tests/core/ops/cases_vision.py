@@ -101,4 +101,20 @@ CASES: list[OpCase] = [
         args={"group": 3, "order": "NHWC"},
         id="_nhwc",
     ),
+    OpCase("SpaceToBatch", [OpInput("X", (2, 2, 4, 2))], ["Y"], args={"block_size": 2}),
+    OpCase(
+        "SpaceToBatch",
+        [OpInput("X", (1, 2, 3, 4))],
+        ["Y"],
+        args={"block_size": 3, "pad": 1, "pad_t": 2},
+        id="_pads",
+    ),
+    OpCase("BatchToSpace", [OpInput("X", (8, 2, 2, 1))], ["Y"], args={"block_size": 2}),
+    OpCase(
+        "BatchToSpace",
+        [OpInput("X", (4, 1, 3, 3))],
+        ["Y"],
+        args={"block_size": 2, "pad": 1},
+        id="_pad",
+    ),
 ]

@@ -121,3 +121,22 @@ def test_roi_pool_bins() -> None:
     y, arg = run("RoIPool", [x, rois], 2, pooled_h=2, pooled_w=2, spatial_scale=1.0)
     assert y[0, 0].tolist() == [[14.0, 16.0], [26.0, 28.0]]
     assert arg[0, 0].tolist() == [[14, 16], [26, 28]]
+
+
+def test_space_to_batch_follows_caffe2_indexing() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 4, 6))
+    blk, pt, pad = 2, 1, 1  # pad_t from `pad_t`; left, bottom, right from `pad`
+    (y,) = run("SpaceToBatch", [x], block_size=blk, pad=pad, pad_t=pt)
+    n, c, h, w = x.shape
+    assert y.shape == (n * 4, c, (h + pt + pad) // blk, (w + 2 * pad) // blk)
+    for ob in range(y.shape[0]):
+        nb, off_w, off_h = ob % n, (ob // n) % blk, (ob // n) // blk
+        for oy in range(y.shape[2]):
+            for ox in range(y.shape[3]):
+                iy, ix = oy * blk + off_h - pt, ox * blk + off_w - pad
+                inside = 0 <= iy < h and 0 <= ix < w
+                want = x[nb, :, iy, ix] if inside else np.zeros(c)
+                np.testing.assert_array_equal(y[ob, :, oy, ox], want)
+    (back,) = run("BatchToSpace", [y], block_size=blk, pad=pad, pad_t=pt)
+    np.testing.assert_array_equal(back, x)
