@@ -1,7 +1,9 @@
-"""Channel / space layout ops of vision nets: ChannelShuffle.
+"""Channel / space layout ops of vision nets: ChannelShuffle, SpaceToBatch, BatchToSpace,
+Im2Col, Col2Im.
 
-Forward NumPy kernel, Caffe2 gradient maker (``channel_shuffle_op.cc``) and the gradient
-op's kernel, with the maths in comments.
+Forward NumPy kernels and Caffe2 gradient makers (``channel_shuffle_op.cc``,
+``space_batch_op.cc``, ``im2col_op.cc``), with the maths in comments. SpaceToBatch /
+BatchToSpace and Im2Col / Col2Im are adjoint pairs: each is the other's gradient op.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.ops._args import get_int, get_order
+from core.ops._args import ConvPoolGeometry, get_int, get_order
 from core.ops._args import kernel_error as _fail
+from core.ops.nn import _pad, _unwindow, _windows
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -139,3 +142,99 @@ def space_to_batch_grad(m: GradientMaker) -> list[OperatorDef]:
 def batch_to_space_grad(m: GradientMaker) -> list[OperatorDef]:
     """``SpaceToBatch([dY] → [dX])``."""
     return [m.make_op("SpaceToBatch", [m.GO(0)], [m.GI(0)])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Im2Col: X (N, C, H, W) (NCHW) or (N, H, W, C) (NHWC) → the patches of a kh×kw window;
+# args kernel / kernel_h / kernel_w, stride(_h/_w) (1), dilation(_h/_w) (1), pad (0, every side).
+# out_h = (H + 2·pad − (dil·(kh − 1) + 1))/stride + 1 (same for w).
+#   NCHW: Y (N, C·kh·kw, out_h, out_w), channel (c·kh + i)·kw + j;
+#   NHWC: Y (N, out_h, out_w, kh·kw·C), channel (i·kw + j)·C + c.
+# Col2Im: in [cols, Z] (Z: only its shape, the image's) → the adjoint: patches summed back.
+# Grads: Im2Col → Col2Im([dY, X] → [dX]); Col2Im → Im2Col([dY] → [dcols]); args copied.
+# ---------------------------------------------------------------------------------------------
+
+
+def _im2col_geometry(
+    op: OperatorDef, inputs: Sequence[np.ndarray], image_shape: tuple[int, ...]
+) -> tuple[bool, ConvPoolGeometry]:
+    """``(nhwc, geometry)`` of the image shape ``(N, C, H, W)`` / ``(N, H, W, C)``."""
+    if len(image_shape) != 4:
+        raise _fail(op, inputs, "the image must be 4-D")
+    nhwc = get_order(op) == "NHWC"
+    h, w = image_shape[1:3] if nhwc else image_shape[2:]
+    k = get_int(op, "kernel", 0)
+    kh, kw = get_int(op, "kernel_h", k), get_int(op, "kernel_w", k)
+    d = get_int(op, "dilation", 1)
+    dh, dw = get_int(op, "dilation_h", d), get_int(op, "dilation_w", d)
+    st = get_int(op, "stride", 1)
+    sh, sw = get_int(op, "stride_h", st), get_int(op, "stride_w", st)
+    pad = get_int(op, "pad", 0)
+    if min(kh, kw, dh, dw, sh, sw) <= 0 or pad < 0:
+        raise _fail(op, inputs, "kernel, dilation and stride must be positive, pad ≥ 0")
+    ekh, ekw = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    if h < ekh or w < ekw:
+        raise _fail(op, inputs, f"the image ({h}×{w}) is smaller than the window")
+    out = ((h + 2 * pad - ekh) // sh + 1, (w + 2 * pad - ekw) // sw + 1)
+    geo = ConvPoolGeometry((kh, kw), (sh, sw), (dh, dw), (pad, pad), (pad, pad), (h, w), out)
+    return nhwc, geo
+
+
+def _im2col(op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
+    nhwc, geo = _im2col_geometry(op, inputs, x.shape)
+    xc = np.moveaxis(x, -1, 1) if nhwc else x
+    cols = _windows(_pad(xc, geo, 0.0), geo)  # (N, C, kh, kw, oh, ow)
+    n, c, kh, kw, oh, ow = cols.shape
+    if nhwc:
+        return np.ascontiguousarray(cols.transpose(0, 4, 5, 2, 3, 1).reshape(n, oh, ow, -1))
+    return np.ascontiguousarray(cols.reshape(n, c * kh * kw, oh, ow))
+
+
+def _col2im(
+    op: OperatorDef, inputs: Sequence[np.ndarray], cols: np.ndarray, image_shape: tuple[int, ...]
+) -> np.ndarray:
+    nhwc, geo = _im2col_geometry(op, inputs, image_shape)
+    n = image_shape[0]
+    c = image_shape[3] if nhwc else image_shape[1]
+    kh, kw = geo.kernel
+    oh, ow = geo.out_size
+    if cols.size != n * c * kh * kw * oh * ow:
+        raise _fail(
+            op,
+            inputs,
+            f"cols must have N·C·kh·kw·out_h·out_w = {n * c * kh * kw * oh * ow} elements",
+        )
+    if nhwc:
+        six = cols.reshape(n, oh, ow, kh, kw, c).transpose(0, 5, 3, 4, 1, 2)
+    else:
+        six = cols.reshape(n, c, kh, kw, oh, ow)
+    img = _unwindow(np.ascontiguousarray(six, dtype=np.float64), geo)
+    return np.ascontiguousarray(np.moveaxis(img, 1, -1) if nhwc else img).astype(cols.dtype)
+
+
+@register_kernel("Im2Col")
+def im2col(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Im2Col forward (see the paragraph above)."""
+    if len(inputs) != 1:
+        raise _fail(op, inputs, "expects inputs [X]")
+    return [_im2col(op, inputs, inputs[0])]
+
+
+@register_kernel("Col2Im")
+def col2im(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Col2Im forward: patches of ``cols`` summed into an image shaped like ``Z``."""
+    if len(inputs) != 2:
+        raise _fail(op, inputs, "expects inputs [cols, Z]")
+    return [_col2im(op, inputs, inputs[0], inputs[1].shape)]
+
+
+@register_gradient("Im2Col", op_schema=schema(1, 1, inplace=False), doc="image to patch columns")
+def im2col_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``Col2Im([dY, X] → [dX])``."""
+    return [m.make_op("Col2Im", [m.GO(0), m.I_shape(0)], [m.GI(0)])]
+
+
+@register_gradient("Col2Im", op_schema=schema(2, 1, inplace=False), doc="patch columns to image")
+def col2im_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``Im2Col([dY] → [dcols])`` (Z, a shape reference, gets none)."""
+    return [m.make_op("Im2Col", [m.GO(0)], [m.GI(0)])]

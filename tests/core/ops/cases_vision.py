@@ -117,4 +117,25 @@ CASES: list[OpCase] = [
         args={"block_size": 2, "pad": 1},
         id="_pad",
     ),
+    OpCase("Im2Col", [OpInput("X", (2, 2, 4, 3))], ["Y"], args={"kernel": 2}),
+    OpCase(
+        "Im2Col",
+        [OpInput("X", (1, 5, 4, 2))],
+        ["Y"],
+        args={
+            "kernel_h": 2,
+            "kernel_w": 3,
+            "pad": 1,
+            "stride": 2,
+            "dilation_h": 2,
+            "order": "NHWC",
+        },
+        id="_nhwc_pad_stride_dilation",
+    ),
+    OpCase(
+        "Col2Im",
+        [OpInput("cols", (2, 8, 3, 2)), OpInput("Z", (2, 2, 4, 3), const(np.zeros((2, 2, 4, 3))))],
+        ["Y"],
+        args={"kernel": 2},
+    ),
 ]

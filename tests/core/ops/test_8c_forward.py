@@ -140,3 +140,23 @@ def test_space_to_batch_follows_caffe2_indexing() -> None:
                 np.testing.assert_array_equal(y[ob, :, oy, ox], want)
     (back,) = run("BatchToSpace", [y], block_size=blk, pad=pad, pad_t=pt)
     np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+def test_im2col_layout(order: str) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 5, 4))  # NCHW reference image
+    kh, kw, pad, stride = 2, 3, 1, 2
+    xin = np.moveaxis(x, 1, -1) if order == "NHWC" else x
+    (y,) = run("Im2Col", [xin], kernel_h=kh, kernel_w=kw, pad=pad, stride=stride, order=order)
+    xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    oh, ow = (5 + 2 * pad - kh) // stride + 1, (4 + 2 * pad - kw) // stride + 1
+    for c in range(3):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, c, i : i + stride * oh : stride, j : j + stride * ow : stride]
+                if order == "NCHW":
+                    got = y[:, (c * kh + i) * kw + j]
+                else:
+                    got = y[:, :, :, (i * kw + j) * 3 + c]
+                np.testing.assert_array_equal(got, patch)
