@@ -138,4 +138,33 @@ CASES: list[OpCase] = [
         ["Y"],
         args={"kernel": 2},
     ),
+    OpCase(
+        "RoIAlignRotated",
+        [
+            OpInput("X", (2, 2, 6, 7)),
+            OpInput(
+                "rois",
+                (3, 6),
+                const(
+                    [
+                        [0, 3.0, 2.5, 4.0, 2.0, 30.0],
+                        [1, 2.2, 3.1, 3.0, 5.0, -60.0],
+                        [0, 6.5, 0.2, 2.0, 2.0, 90.0],
+                    ]
+                ),
+            ),
+        ],
+        ["Y"],
+        args={"pooled_h": 2, "pooled_w": 3, "sampling_ratio": 2, "spatial_scale": 1.0},
+    ),
+    OpCase(
+        "RoIAlignRotated",
+        [
+            OpInput("X", (1, 5, 6, 2)),
+            OpInput("rois", (2, 5), const([[2.0, 2.5, 3.0, 2.0, 45.0], [3.0, 3.0, 4.0, 3.0, 0.0]])),
+        ],
+        ["Y"],
+        args={"pooled_h": 2, "pooled_w": 2, "aligned": 1, "order": "NHWC", "spatial_scale": 0.8},
+        id="_nhwc_aligned_adaptive",
+    ),
 ]

@@ -160,3 +160,24 @@ def test_im2col_layout(order: str) -> None:
                 else:
                     got = y[:, :, :, (i * kw + j) * 3 + c]
                 np.testing.assert_array_equal(got, patch)
+
+
+def test_roi_align_rotated_at_zero_angle_equals_roi_align() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 6, 7))
+    # an axis-aligned box: centre (3, 2.5), size 4×2 == corners (1, 1.5)-(5, 3.5)
+    (rot,) = run(
+        "RoIAlignRotated",
+        [x, np.array([[0, 3.0, 2.5, 4.0, 2.0, 0.0]])],
+        pooled_h=2,
+        pooled_w=2,
+        sampling_ratio=2,
+    )
+    (ref,) = run(
+        "RoIAlign",
+        [x, np.array([[0, 1.0, 1.5, 5.0, 3.5]])],
+        pooled_h=2,
+        pooled_w=2,
+        sampling_ratio=2,
+    )
+    np.testing.assert_allclose(rot, ref, rtol=1e-12)
