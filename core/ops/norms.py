@@ -65,6 +65,8 @@ def layer_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """
     _arity(op, inputs, 1, 3, "X(, gamma, beta)")
     x = inputs[0]
+    if x.ndim < 2:
+        raise _fail(op, inputs, "LayerNorm requires X of rank ≥ 2")
     a, m, n = _rows(op, inputs, x)
     x2 = x.reshape(m, n).astype(np.float64)
     eps = get_float(op, "epsilon", 1e-5)
