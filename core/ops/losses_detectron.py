@@ -47,7 +47,7 @@ def _huber(v: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------
-# SmoothL1Loss: in [Y_hat, Y, alpha_in, alpha_out] (same shape, N = dim 0), args beta (1.0),
+# SmoothL1Loss: in [Y_hat, Y, alpha_in, alpha_out] (same size, N = dim 0), args beta (1.0),
 # scale (1.0): loss = scale/N · Σ alpha_out·huber(alpha_in·(Y_hat − Y)).
 # Grad SmoothL1LossGradient([Y_hat, Y, alpha_in, alpha_out, d_loss] → [dY_hat]):
 #   dY_hat = scale/N · d_loss · alpha_out·alpha_in·huber'(alpha_in·(Y_hat − Y)).
@@ -55,10 +55,14 @@ def _huber(v: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sl1(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, float]:
+    # As upstream: equal sizes (shapes may differ) and, for Y, the same dim 0.
+    yh0 = inputs[0]
     for i in (1, 2, 3):
-        if inputs[i].shape != inputs[0].shape:
-            raise _fail(op, inputs, "Y, alpha_in and alpha_out must have Y_hat's shape")
-    yh, y, ai, ao = (a.astype(np.float64) for a in inputs[:4])
+        if inputs[i].size != yh0.size:
+            raise _fail(op, inputs, "Y, alpha_in and alpha_out must have Y_hat's size")
+    if yh0.ndim and (inputs[1].ndim == 0 or inputs[1].shape[0] != yh0.shape[0]):
+        raise _fail(op, inputs, "Y_hat and Y must have the same dim 0")
+    yh, y, ai, ao = (a.astype(np.float64).reshape(yh0.shape) for a in inputs[:4])
     beta = get_float(op, "beta", 1.0)
     if beta <= 0:
         raise _fail(op, inputs, f"beta must be positive, got {beta}")
@@ -164,8 +168,8 @@ def select_smooth_l1_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) ->
 
 # ---------------------------------------------------------------------------------------------
 # SigmoidCrossEntropyLoss: in [X, targets (ints, same shape; −1 = ignore)], args scale (1.0),
-# normalize (1): loss = scale · Σ_{t ≠ −1} (softplus(x) − t·x) / norm, norm = max(count of
-# t ≠ −1, 1) when normalize, else N = dim 0.
+# normalize (1): loss = scale · Σ_{t ≠ −1} (softplus(x) − t·x) / norm, norm = the count of
+# t ≠ −1 (at least 1) when normalize, else 1 (a plain sum).
 # Grad SigmoidCrossEntropyLossGradient([X, targets, d_loss] → [dX]):
 #   dX = scale·d_loss·(σ(x) − t)·[t ≠ −1] / norm.
 # ---------------------------------------------------------------------------------------------
@@ -178,10 +182,8 @@ def _scel(
     if t.shape != x.shape:
         raise _fail(op, inputs, "targets must have X's shape")
     care = (t != -1).astype(np.float64)
-    if get_bool(op, "normalize", True):
-        norm = max(float(care.sum()), 1.0)
-    else:
-        norm = float(x.shape[0] if x.ndim else 1)
+    # normalize: the count of cared-for targets (Caffe2 floors it at 1e−5; it is an integer)
+    norm = max(float(care.sum()), 1.0) if get_bool(op, "normalize", True) else 1.0
     return x.astype(np.float64), t.astype(np.float64), care, get_float(op, "scale", 1.0) / norm
 
 
@@ -286,7 +288,8 @@ def sigmoid_focal_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> li
 
 
 # ---------------------------------------------------------------------------------------------
-# SoftmaxFocalLoss: in [X (N, A·C, H, W), T (N, A, H, W) ints, wp (1)], out [loss (0-d), P];
+# SoftmaxFocalLoss: in [X (N, A·C, H, W), T (N, A, H, W) ints, wp (1)], out [loss (0-d), P
+# (1-D of X.size, as upstream)];
 # args scale (1), gamma (1), alpha (0.25), num_classes (81). P = softmax over each anchor's C
 # channels. Per (n, a, h, w) with label t ≥ 0: pt = P[t], z = (t = 0 ? 1 − α : α)/Np,
 #   loss = scale · Σ −z·(1 − pt)^γ·log max(pt, FLT_MIN); Np = max(wp, 1).
@@ -314,14 +317,14 @@ def _softmax_focal_parts(
 
 @register_kernel("SoftmaxFocalLoss")
 def softmax_focal_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """SoftmaxFocalLoss forward → ``[loss (0-d), P (X's shape)]``."""
+    """SoftmaxFocalLoss forward → ``[loss (0-d), P (flat, X.size — as upstream)]``."""
     _arity(op, inputs, 3, 3, "X, T, wp")
     p5, _, z, pt, coef = _softmax_focal_parts(op, inputs)
     g = get_float(op, "gamma", 1.0)
     care = inputs[1] >= 0
     per = np.where(care, -z * (1 - pt) ** g * np.log(np.maximum(pt, FLT_MIN)), 0.0)
     dt = inputs[0].dtype
-    return [np.array(coef * float(per.sum()), dtype=dt), p5.reshape(inputs[0].shape).astype(dt)]
+    return [np.array(coef * float(per.sum()), dtype=dt), p5.reshape(-1).astype(dt)]
 
 
 @register_gradient(
@@ -341,8 +344,8 @@ def softmax_focal_loss_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> li
     """SoftmaxFocalLossGradient kernel (see the paragraph above)."""
     _arity(op, inputs, 5, 5, "X, T, wp, P, d_loss")
     p5, onehot, z, pt, coef = _softmax_focal_parts(op, inputs[:3])
-    if inputs[3].shape != inputs[0].shape:
-        raise _fail(op, inputs, "P must have X's shape")
+    if inputs[3].size != inputs[0].size:
+        raise _fail(op, inputs, "P must have X's size")
     g = get_float(op, "gamma", 1.0)
     d = _scalar(op, inputs, inputs[4], "d_loss")
     care = inputs[1] >= 0

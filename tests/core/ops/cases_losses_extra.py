@@ -186,7 +186,7 @@ CASES: list[OpCase] = [
         ],
         ["loss"],
         args={"normalize": 0},
-        id="_by_batch",
+        id="_no_normalize",
     ),
     OpCase(
         "SigmoidFocalLoss",

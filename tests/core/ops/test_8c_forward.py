@@ -181,3 +181,16 @@ def test_roi_align_rotated_at_zero_angle_equals_roi_align() -> None:
         sampling_ratio=2,
     )
     np.testing.assert_allclose(rot, ref, rtol=1e-12)
+
+
+def test_sigmoid_cross_entropy_loss_normalisation() -> None:
+    # Detectron: the mean over cared-for targets (normalize=1), else a plain sum; times scale
+    x = np.array([[0.3, -1.2, 2.0], [0.0, 0.7, -0.4]])
+    t = np.array([[1, 0, -1], [0, 1, 1]], dtype=np.int32)
+    care = t != -1
+    per = np.log1p(np.exp(x)) - t * x
+    total = float(per[care].sum())
+    (norm,) = run("SigmoidCrossEntropyLoss", [x, t], scale=2.0)
+    (plain,) = run("SigmoidCrossEntropyLoss", [x, t], scale=2.0, normalize=0)
+    assert float(norm) == pytest.approx(2.0 * total / 5)
+    assert float(plain) == pytest.approx(2.0 * total)
