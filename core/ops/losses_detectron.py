@@ -67,7 +67,7 @@ def _sl1(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.
     if beta <= 0:
         raise _fail(op, inputs, f"beta must be positive, got {beta}")
     f, fp = _huber(ai * (yh - y), beta)
-    n = yh.shape[0] if yh.ndim else 1
+    n = int(yh0.shape[0]) if yh0.ndim else 1
     return ao * f, ao * ai * fp, get_float(op, "scale", 1.0) / max(n, 1)
 
 
