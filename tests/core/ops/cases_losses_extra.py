@@ -113,7 +113,7 @@ CASES: list[OpCase] = [
         [
             OpInput("X1", (4,), fixed([0.3, -0.2, 1.5, 0.0])),
             OpInput("X2", (4,), fixed([0.1, 0.4, -0.5, 2.0])),
-            OpInput("Y", (4,), const([1.0, -1.0, 1.0, 1.0])),
+            OpInput("Y", (4,), const(np.array([1, -1, 1, 1], dtype=np.int32))),
         ],
         ["L"],
         args={"margin": 0.5},
