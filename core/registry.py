@@ -235,6 +235,13 @@ def register_gradient(
     """Decorator: register ``fn(maker) -> list[OperatorDef]`` as ``op_type``'s gradient maker."""
 
     def deco(fn: MakerFn) -> MakerFn:
+        if op_type in REGISTRY and REGISTRY[op_type].maker is not None:
+            prior = REGISTRY[op_type].maker
+            if getattr(prior, "__module__", None) != fn.__module__:  # a module may refine its own
+                raise RuntimeError(
+                    f"two gradient makers registered for {op_type}: "
+                    f"{getattr(prior, '__module__', '?')} and {fn.__module__}"
+                )
         e = register_op(op_type, op_schema, GradientStatus.GRADIENT, doc)
         e.maker = fn
         e.raw_maker = raw
@@ -257,6 +264,10 @@ def register_kernel(
 
     def deco(fn: KernelFn) -> KernelFn:
         e = _entry(op_type)
+        if e.kernel is not None:
+            raise RuntimeError(
+                f"two kernels registered for {op_type}: {e.kernel.__module__} and {fn.__module__}"
+            )
         if op_schema is not None:
             e.schema = op_schema
         if gradient_op and e.maker is None and e.status == GradientStatus.NOT_IMPLEMENTED:

@@ -1,15 +1,14 @@
-"""Data-layout ops (issue 8b): Tile, Expand, PadImage, PrependDim, ChannelShuffle,
-DepthConcat, DepthSplit, SpaceToBatch, BatchToSpace, Im2Col, Col2Im - kernels, makers,
-gradient kernels.
+"""Data-layout ops (issue 8b): Tile, Expand, PadImage, PrependDim, DepthConcat, DepthSplit -
+kernels, makers, gradient kernels. (ChannelShuffle, SpaceToBatch/BatchToSpace and
+Im2Col/Col2Im live in :mod:`core.ops.vision_layout`.)
 
 Sources (facts only): Caffe2 ``tile_op.cc``, ``expand_op.cc``, ``pad_op.cc``,
-``prepend_dim_op.cc``, ``channel_shuffle_op.cc``, ``depth_split_op.cc``,
-``space_batch_op.cc``, ``im2col_op.cc`` (``Get<Op>Gradient`` classes); spec §5.3 (shape ops).
+``prepend_dim_op.cc``, ``depth_split_op.cc`` (``Get<Op>Gradient`` classes); spec §5.3.
 
 Every op here moves or replicates elements, so each gradient is the adjoint gather/scatter:
 Tile and Expand sum the copies back, PadImage sums the padded positions that came from an
-input element (reflect/edge modes copy an element several times), the permutations
-(ChannelShuffle, SpaceToBatch/BatchToSpace, PrependDim) apply their inverse. Dtypes are kept.
+input element (reflect/edge modes copy an element several times), PrependDim applies
+its inverse. Dtypes are kept.
 
 Corrected behaviour: Caffe2's DepthSplit gradient concatenates ``GO(i)`` of every output,
 which is an empty name when an output has no gradient; netgrad fills that gradient with zeros
@@ -24,7 +23,6 @@ import numpy as np
 
 from core.ops._args import (
     check_numel,
-    conv_pool_geometry,
     get_float,
     get_int,
     get_ints,
@@ -264,43 +262,6 @@ def merge_dim(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]).copy()]
 
 
-# --- ChannelShuffle -------------------------------------------------------------------------
-# channels C = G·K viewed as (G, K) -> transposed to (K, G);  gradient: the inverse
-
-
-def _shuffle(op: OperatorDef, x: Array, inverse: bool) -> Array:
-    if x.ndim < 2:
-        raise kernel_error(op, "expects at least 2 dims", [x])
-    axis = 1 if get_order(op) == "NCHW" else x.ndim - 1
-    g = get_int(op, "group", 1)
-    c = x.shape[axis]
-    if g <= 0 or c % g:
-        raise kernel_error(op, f"channels {c} are not a multiple of group={g}", [x])
-    first, second = (c // g, g) if inverse else (g, c // g)
-    y = x.reshape(x.shape[:axis] + (first, second) + x.shape[axis + 1:])
-    return np.swapaxes(y, axis, axis + 1).reshape(x.shape).copy()
-
-
-@register_kernel("ChannelShuffle")
-def channel_shuffle(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[X] -> [Y]``: channel ``g·K + k`` goes to ``k·G + g`` (args ``group``, ``order``)."""
-    expect_inputs(op, inputs, 1)
-    return [_shuffle(op, np.asarray(inputs[0]), inverse=False)]
-
-
-@register_gradient("ChannelShuffle", op_schema=schema(1, 1), doc="Shuffle channel groups")
-def channel_shuffle_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ChannelShuffleGradient([dY] -> [dX])``, args copied."""
-    return [m.make_op("ChannelShuffleGradient", [m.GO(0)], [m.GI(0)])]
-
-
-@register_kernel("ChannelShuffleGradient", gradient_op=True)
-def channel_shuffle_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[dY] -> [dX]``: the inverse channel permutation."""
-    expect_inputs(op, inputs, 1)
-    return [_shuffle(op, np.asarray(inputs[0]), inverse=True)]
-
-
 # --- DepthConcat / DepthSplit ---------------------------------------------------------------
 # Concat / Split along the channel axis of ``order`` (the pre-``axis`` Caffe2 ops)
 
@@ -342,160 +303,3 @@ def depth_split_grad(m: GradientMaker) -> list[OperatorDef]:
     dx = m.GI(0)
     ops.append(m.make_op("DepthConcat", parts, [dx, "_" + dx + "_dims"]))
     return ops
-
-
-# --- SpaceToBatch / BatchToSpace (NCHW) -----------------------------------------------------
-# SpaceToBatch: pad H, W by `pad`, move each block_size×block_size offset (h0, w0) to batch
-# entry (h0·b + w0)·N + n.  BatchToSpace is its inverse with cropping; each is the other's
-# gradient (Caffe2 space_batch_op.cc).
-
-
-def _space_batch_args(op: OperatorDef) -> tuple[int, int]:
-    if get_str(op, "order", "NCHW") != "NCHW":
-        raise kernel_error(op, "only order NCHW is supported (as in Caffe2)")
-    b, pad = get_int(op, "block_size", 2), get_int(op, "pad", 0)
-    if b < 1 or pad < 0:
-        raise kernel_error(op, f"block_size must be >= 1 and pad >= 0 (got {b}, {pad})")
-    return b, pad
-
-
-def _space_to_batch(op: OperatorDef, x: Array) -> Array:
-    b, pad = _space_batch_args(op)
-    if x.ndim != 4:
-        raise kernel_error(op, "expects a 4-D NCHW input", [x])
-    n, c, h, w = x.shape
-    hp, wp = h + 2 * pad, w + 2 * pad
-    if hp % b or wp % b:
-        raise kernel_error(op, f"padded H, W ({hp}, {wp}) must be multiples of {b}", [x])
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    y = xp.reshape(n, c, hp // b, b, wp // b, b)  # n, c, oh, h0, ow, w0
-    y = y.transpose(3, 5, 0, 1, 2, 4)  # h0, w0, n, c, oh, ow
-    return y.reshape(b * b * n, c, hp // b, wp // b).copy()
-
-
-def _batch_to_space(op: OperatorDef, x: Array) -> Array:
-    b, pad = _space_batch_args(op)
-    if x.ndim != 4 or x.shape[0] % (b * b):
-        raise kernel_error(op, f"expects a 4-D NCHW input with batch a multiple of {b * b}", [x])
-    nb, c, oh, ow = x.shape
-    n = nb // (b * b)
-    if oh * b - 2 * pad < 0 or ow * b - 2 * pad < 0:
-        raise kernel_error(op, "the crop is larger than the output", [x])
-    y = x.reshape(b, b, n, c, oh, ow).transpose(2, 3, 4, 0, 5, 1)  # n, c, oh, h0, ow, w0
-    y = y.reshape(n, c, oh * b, ow * b)
-    return y[:, :, pad:oh * b - pad, pad:ow * b - pad].copy()
-
-
-@register_kernel("SpaceToBatch")
-def space_to_batch(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[X (N, C, H, W)] -> [Y (N·b², C, (H+2p)/b, (W+2p)/b)]``; args ``block_size``=2,
-    ``pad``=0."""
-    expect_inputs(op, inputs, 1)
-    return [_space_to_batch(op, np.asarray(inputs[0]))]
-
-
-@register_kernel("BatchToSpace")
-def batch_to_space(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[X (N·b², C, H, W)] -> [Y (N, C, H·b−2p, W·b−2p)]``; args ``block_size``=2,
-    ``pad``=0."""
-    expect_inputs(op, inputs, 1)
-    return [_batch_to_space(op, np.asarray(inputs[0]))]
-
-
-@register_gradient("SpaceToBatch", op_schema=schema(1, 1, False), doc="Spatial blocks into batch")
-def space_to_batch_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchToSpace([dY] -> [dX])``, args copied."""
-    return [m.make_op("BatchToSpace", [m.GO(0)], [m.GI(0)])]
-
-
-@register_gradient("BatchToSpace", op_schema=schema(1, 1, False), doc="Batch into spatial blocks")
-def batch_to_space_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SpaceToBatch([dY] -> [dX])``, args copied."""
-    return [m.make_op("SpaceToBatch", [m.GO(0)], [m.GI(0)])]
-
-
-# --- Im2Col / Col2Im ------------------------------------------------------------------------
-# Im2Col: every kernel window of a 4-D image as a column (NCHW: (N, C·kh·kw, oh, ow), channel
-# major; NHWC: (N, oh, ow, kh·kw·C)), zeros where the window reaches into the padding.
-# Col2Im([cols, like]) scatters-adds the columns back into an image shaped like `like`; each
-# is the other's gradient (Caffe2 im2col_op.cc).
-
-
-def _im2col_index(
-    op: OperatorDef, image_shape: tuple[int, ...]
-) -> tuple[bool, Array, Array, Array, tuple[int, int]]:
-    """``(nchw, rows, cols, inside, (kh, kw))``: source H index per (oh, i), W index per
-    (ow, j) (clipped into range) and the in-range mask of shape (oh, kh, ow, kw)."""
-    if len(image_shape) != 4:
-        raise kernel_error(op, f"expects a 4-D image, got {len(image_shape)}-D")
-    nchw = get_order(op) == "NCHW"
-    hw = image_shape[2:] if nchw else image_shape[1:3]
-    geo = conv_pool_geometry(op, hw)
-    (kh, kw), (sh, sw), (dh, dw) = geo.kernel, geo.stride, geo.dilation
-    (oh, ow), (pt, pl) = geo.out_size, geo.pad_head
-    if min(kh, kw) < 1:
-        raise kernel_error(op, "needs a kernel (kernel or kernel_h/kernel_w)")
-    hi = np.arange(oh)[:, None] * sh - pt + np.arange(kh)[None, :] * dh
-    wi = np.arange(ow)[:, None] * sw - pl + np.arange(kw)[None, :] * dw
-    inside = ((hi >= 0) & (hi < hw[0]))[:, :, None, None] & ((wi >= 0) & (wi < hw[1]))[None, None]
-    return nchw, np.clip(hi, 0, hw[0] - 1), np.clip(wi, 0, hw[1] - 1), inside, (kh, kw)
-
-
-def _image_last(x: Array, nchw: bool) -> Array:
-    """The image as (H, W, N, C)."""
-    return np.moveaxis(x, (2, 3), (0, 1)) if nchw else np.moveaxis(x, (1, 2), (0, 1))
-
-
-@register_kernel("Im2Col")
-def im2col(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[X (4-D)] -> [Y]``; args ``kernel``/``kernel_h``+``kernel_w``, ``stride``, ``pad``,
-    ``dilation``, ``order`` (see the section comment for Y's layout)."""
-    expect_inputs(op, inputs, 1)
-    x = np.asarray(inputs[0])
-    nchw, rows, cols, inside, (kh, kw) = _im2col_index(op, x.shape)
-    img = _image_last(x, nchw)  # H, W, N, C
-    g = img[rows[:, :, None, None], cols[None, None, :, :]]  # oh, kh, ow, kw, N, C
-    g = np.where(inside[..., None, None], g, np.zeros((), x.dtype))
-    oh, ow = rows.shape[0], cols.shape[0]
-    n, c = g.shape[4], g.shape[5]
-    if nchw:  # N, C, kh, kw, oh, ow
-        return [g.transpose(4, 5, 1, 3, 0, 2).reshape(n, c * kh * kw, oh, ow).copy()]
-    return [g.transpose(4, 0, 2, 1, 3, 5).reshape(n, oh, ow, kh * kw * c).copy()]
-
-
-@register_kernel("Col2Im")
-def col2im(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``[X (columns), Z (4-D image)] -> [Y]`` with Z's shape: Im2Col's adjoint (each column
-    entry added to the pixel it was taken from); same args as Im2Col."""
-    expect_inputs(op, inputs, 2)
-    x, z = np.asarray(inputs[0]), np.asarray(inputs[1])
-    nchw, rows, cols, inside, (kh, kw) = _im2col_index(op, z.shape)
-    oh, ow = rows.shape[0], cols.shape[0]
-    n, c = (z.shape[0], z.shape[1]) if nchw else (z.shape[0], z.shape[3])
-    want = (n, c * kh * kw, oh, ow) if nchw else (n, oh, ow, kh * kw * c)
-    if x.shape != want:
-        raise kernel_error(op, f"columns must have shape {list(want)}", inputs)
-    if nchw:
-        g = x.reshape(n, c, kh, kw, oh, ow).transpose(4, 2, 5, 3, 0, 1)
-    else:
-        g = x.reshape(n, oh, ow, kh, kw, c).transpose(1, 3, 2, 4, 0, 5)
-    g = np.where(inside[..., None, None], g, 0)  # oh, kh, ow, kw, N, C
-    img = np.zeros(_image_last(z, nchw).shape, dtype=x.dtype)
-    idx = (np.broadcast_to(rows[:, :, None, None], inside.shape),
-           np.broadcast_to(cols[None, None, :, :], inside.shape))
-    np.add.at(img, idx, g)
-    back = np.moveaxis(img, (0, 1), (2, 3)) if nchw else np.moveaxis(img, (0, 1), (1, 2))
-    return [back]
-
-
-@register_gradient("Im2Col", op_schema=schema(1, 1, False),
-                   doc="Kernel windows of an image as columns")
-def im2col_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Col2Im([dY, X] -> [dX])``, args copied."""
-    return [m.make_op("Col2Im", [m.GO(0), m.I(0)], [m.GI(0)])]
-
-
-@register_gradient("Col2Im", op_schema=schema(2, 1, False), doc="Columns added back into an image")
-def col2im_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Im2Col([dY] -> [dX])``, args copied; the shape-giving Z gets no gradient."""
-    return [m.make_op("Im2Col", [m.GO(0)], [m.GI(0)])]

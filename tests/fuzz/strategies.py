@@ -709,3 +709,49 @@ def _draft_with_i8b(self: _Gen, b: _Block) -> _Draft:
 
 
 _Gen.draft = _draft_with_i8b  # type: ignore[method-assign]
+
+# --- issue 8c: BatchMatMul, LayerNorm and a sigmoid cross-entropy loss --------------------
+# An isolated block (other helpers extend this module too): ``_Gen.draft`` and ``_Gen.emit``
+# are wrapped. One draft in six is one of these ops, the rest come from the generator
+# above (the choice shrinks towards it). LayerNorm normalises over all of an ``M``
+# (axis 0) or its rows (axis 1) with a large epsilon (0.1), so its gradient stays well
+# conditioned; its mean/std outputs are fresh blobs that nothing reads. The loss's targets
+# come from a ``GivenTensorFill`` in the same net (fill ops get no gradient), so no fed
+# blob lacks a gradient.
+_OPS_8C = ("BatchMatMul", "LayerNorm", "SigmoidCrossEntropyWithLogits")
+_base_draft_8c = _Gen.draft
+_base_emit_8c = _Gen.emit
+
+
+def _draft_8c(self: _Gen, b: _Block) -> _Draft:
+    pick = self.draw(st.sampled_from(["base"] * 5 + ["8c"]))
+    if pick == "base":
+        return _base_draft_8c(self, b)
+    op_type = self.draw(st.sampled_from(_OPS_8C))
+    if op_type == "BatchMatMul":
+        a, c = self.pick(b, "M"), self.pick(b, "M")
+        args = [make_arg(n, 1) for n in ("trans_a", "trans_b") if self.draw(st.booleans())]
+        return _Draft("BatchMatMul", [a, c], Val("M"), args)
+    if op_type == "LayerNorm":
+        x = self.pick(b, "M")
+        args = [make_arg("axis", self.draw(st.integers(0, 1))), make_arg("epsilon", 0.1)]
+        return _Draft("LayerNorm", [x], Val("M", small=True), args)
+    logits = self.pick(b, "M")
+    targets = self.fresh("tgt")
+    values = [self.draw(st.sampled_from([0.0, 0.25, 1.0])) for _ in range(4)]
+    b.net.op.append(make_op("GivenTensorFill", [], [targets],
+                            [make_arg("shape", SHAPES["M"]), make_arg("values", values)]))
+    args = [make_arg("log_D_trick", 1)] if self.draw(st.integers(0, 3)) == 0 else []
+    return _Draft("SigmoidCrossEntropyWithLogits", [logits, targets], Val("V"), args)
+
+
+def _emit_8c(self: _Gen, b: _Block, d: _Draft, force_fresh: bool = False,
+             outward: bool = False) -> str:
+    out = _base_emit_8c(self, b, d, force_fresh, outward)
+    if d.type == "LayerNorm":
+        b.net.op[-1].output.extend([self.fresh("ln_mean"), self.fresh("ln_std")])
+    return out
+
+
+_Gen.draft = _draft_8c  # type: ignore[method-assign]
+_Gen.emit = _emit_8c  # type: ignore[method-assign]
