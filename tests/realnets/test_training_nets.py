@@ -22,16 +22,9 @@ from api_schemas import caffe2_pb2
 from app.main import create_app
 from app.settings import Settings
 from core.ops import load_all
-from core.registry import REGISTRY, GradientStatus
 from tests.data import make_training_nets as nets
 
 load_all()
-_NEEDED = ("BatchMatMul", "SigmoidCrossEntropyWithLogits")
-_MISSING = [t for t in _NEEDED if REGISTRY[t].status is not GradientStatus.GRADIENT]
-needs_8c = pytest.mark.xfail(
-    condition=bool(_MISSING), strict=False,
-    reason=f"needs BatchMatMul from 8c (missing makers: {', '.join(_MISSING)})",
-)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +63,6 @@ def test_files_are_what_the_generator_builds() -> None:
     assert nets.load(nets.READER_FILE) == nets.reader_net()
 
 
-@needs_8c
 def test_dlrm_gradient_slices_sit_where_caffe2_puts_them(pool_client: TestClient) -> None:
     net = nets.load(nets.DLRM_FILE)
     r = pool_client.post("/v1/gradients/net", json={"net": _net_json(net), "ys": ["loss"]})
@@ -88,7 +80,6 @@ def test_dlrm_gradient_slices_sit_where_caffe2_puts_them(pool_client: TestClient
     assert len(sls) == len(nets.TABLES)
 
 
-@needs_8c
 def test_dlrm_verifies_in_fast_mode_for_every_parameter(pool_client: TestClient) -> None:
     net = nets.load(nets.DLRM_FILE)
     _verify(pool_client, net, nets.dlrm_feeds(), sorted(nets.dlrm_param_shapes()))

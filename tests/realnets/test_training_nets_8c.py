@@ -21,19 +21,11 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from core.ops import load_all
-from core.registry import GradientStatus, get_entry
 from tests.data import gen_training_nets
 
 DATA = Path(__file__).parent.parent / "data"
 
 load_all()
-_gelu = get_entry("Gelu")
-HAS_GELU = _gelu is not None and _gelu.status == GradientStatus.GRADIENT
-needs_gelu = pytest.mark.xfail(
-    not HAS_GELU,
-    strict=False,
-    reason="Gelu's gradient maker and kernel come from helper 8b's branch (issue 8)",
-)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +84,6 @@ def test_generator_reproduces_the_files() -> None:
         assert (DATA / name).read_text(encoding="utf-8") == gen_training_nets.render(name)
 
 
-@needs_gelu
 def test_transformer_block(client: TestClient) -> None:
     body = check_net(client, load("transformer_block.json"))
     types = {op["type"] for op in body["grad_ops"]}
