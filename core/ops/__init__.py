@@ -24,4 +24,6 @@ def load_all() -> None:
     # even where the gradient makers cannot be imported (see core.executor.executor).
     importlib.import_module("core.control.runtime")
     importlib.import_module("core.control.gradients")
+    importlib.import_module("core.control.rnn_runtime")  # RecurrentNetwork (issue 9)
+    importlib.import_module("core.control.rnn_maker")
     _loaded = True
