@@ -115,3 +115,17 @@ def test_run_returns_the_gradients(client: TestClient, name: str) -> None:
         spec = next(i for i in body["inputs"] if i["blob"] == w)
         assert list(outs[g]["shape"]) == spec["random"]["shape"], w
         assert np.all(np.isfinite(arr)) and np.any(arr != 0), w
+
+
+def test_bad_recurrent_network_is_a_4xx_naming_the_op(client: TestClient) -> None:
+    from core.proto import codec
+    from tests.core.control.rnn_cases import STATE, simple_rnn
+
+    net = simple_rnn(links=[("h/h_prev", STATE, 0), ("h/h_t", STATE, 1), ("h/x_t", "x", 1)],
+                     states=[], ids=[])
+    r = client.post("/v1/gradients/net", json={"net": codec.to_json_obj(net), "ys": ["loss"]})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    errors = r.json()["errors"]
+    assert {e["code"] for e in errors} >= {"rnn_link_window", "rnn_state_without_initial"}
+    assert all(e["path"] == "op[0]:RecurrentNetwork" and e["op_index"] == 0 for e in errors)

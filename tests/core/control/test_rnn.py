@@ -1,0 +1,175 @@
+"""RecurrentNetwork (issue 9): runtime values, gradients checked by finite differences,
+nesting with If, bad input, limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from api_schemas import caffe2_pb2
+from core.api import gradient_for_net
+from core.errors import ExecutionError, InvalidNetError, LimitExceededError, NetgradError
+from core.executor.executor import execute
+from core.executor.limits import RunLimits
+from core.registry import find_arg, make_arg, make_op
+from core.verify.checker import verify_net
+from core.verify.specs import InputSpec, VerifyOptions
+from tests.core.control.rnn_cases import STATE, simple_feeds, simple_rnn, step_ops
+from tests.realnets import rnn_builders
+
+NetDef = caffe2_pb2.NetDef
+
+
+def _verify(net: NetDef, feeds: list[InputSpec], **kw: object) -> dict[str, float]:
+    res = verify_net(net, ["loss"], VerifyOptions(inputs=feeds, mode="full", step=1e-6,
+                                                   atol=1e-6, rtol=1e-4), **kw)  # type: ignore[arg-type]
+    errs = {b.blob: b.max_abs_error for b in res.report.blobs}
+    assert res.report.passed, errs
+    return errs
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def test_lstm_forward_matches_a_numpy_reference() -> None:
+    """Runtime + LSTMUnit against an independent loop (gate order i, f, o, g; lengths)."""
+    net = rnn_builders.lstm_net()
+    rng = np.random.default_rng(3)
+    t_, n, h, d = rnn_builders.T, rnn_builders.N, rnn_builders.H, rnn_builders.D_IN
+    feeds = {
+        "input": rng.standard_normal((t_, n, d)), "hidden_init": rng.standard_normal((1, n, h)),
+        "cell_init": rng.standard_normal((1, n, h)),
+        "lstm/i2h_w": rng.standard_normal((4 * h, d)), "lstm/i2h_b": rng.standard_normal(4 * h),
+        "lstm/gates_t_w": rng.standard_normal((4 * h, h)),
+        "lstm/gates_t_b": rng.standard_normal(4 * h),
+        "seq_lengths": np.array([5, 2, 4], dtype=np.int32),
+    }
+    out = execute(net, feeds)
+    hp, cp = feeds["hidden_init"][0], feeds["cell_init"][0]
+    hs = []
+    for t in range(t_):
+        g = feeds["input"][t] @ feeds["lstm/i2h_w"].T + feeds["lstm/i2h_b"]
+        g = g + hp @ feeds["lstm/gates_t_w"].T + feeds["lstm/gates_t_b"]
+        i, f, o = _sigmoid(g[:, :h]), _sigmoid(g[:, h:2 * h]), _sigmoid(g[:, 2 * h:3 * h])
+        c = f * cp + i * np.tanh(g[:, 3 * h:])
+        hn = o * np.tanh(c)
+        valid = (t < feeds["seq_lengths"])[:, None]
+        hp, cp = np.where(valid, hn, hp), np.where(valid, c, cp)
+        hs.append(hp)
+    np.testing.assert_allclose(out["lstm/hidden_t_all"], np.stack(hs), rtol=1e-12)
+    np.testing.assert_allclose(out["lstm/hidden_t_last"], hs[-1][None], rtol=1e-12)
+    np.testing.assert_allclose(out["lstm/cell_t_last"], cp[None], rtol=1e-12)
+
+
+@pytest.mark.parametrize("loss_on", ["all", "last"])
+def test_simple_rnn_gradient_verifies(loss_on: str) -> None:
+    errs = _verify(simple_rnn(loss_on=loss_on), simple_feeds())
+    assert set(errs) == {"x", "h0", "W", "b"}
+
+
+def test_one_dimensional_initial_state_is_summed_over_the_batch() -> None:
+    _verify(simple_rnn(), simple_feeds(h0_1d=True))
+
+
+def test_recompute_blobs_on_backward() -> None:
+    net = simple_rnn(args=[make_arg("recompute_blobs_on_backward", ["h/pre"])])
+    res = gradient_for_net(net, ["loss"])
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    back = find_arg(g, "backward_step_net").n
+    assert back.op[0].type == "FC" and list(back.op[0].output) == ["h/pre"]
+    diag = next(d for d in res.diagnostics if d.code == "rnn_recompute_candidates")
+    assert "recomputed now: h/pre" in diag.message
+    _verify(net, simple_feeds())
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_step_net_with_if_differentiates_and_verifies(flag: bool) -> None:
+    net = simple_rnn(ops=step_ops(gate_if=True), extra_inputs=["flag"])
+    res = gradient_for_net(net, ["loss"])
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    assert "If" in [o.type for o in find_arg(g, "backward_step_net").n.op]
+    _verify(net, simple_feeds(flag=flag))
+
+
+def test_gradient_needs_the_step_workspaces_caffe2_keeps() -> None:
+    """Without backward_step_net the forward op keeps two workspaces (Caffe2): the gradient
+    op of a longer sequence fails; return_net's forward op carries it and runs."""
+    net = simple_rnn(backward_step_net=False)
+    res = gradient_for_net(net, {"loss": "loss_grad"}, return_net=True)
+    feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
+    feeds["loss_grad"] = np.ones(1)
+    plain = NetDef()
+    plain.CopyFrom(net)
+    plain.op.extend(res.grad_ops)
+    with pytest.raises(ExecutionError, match="kept 2 step workspaces for 4 steps"):
+        execute(plain, feeds)
+    assert res.net is not None
+    fwd = res.net.op[0]
+    assert find_arg(fwd, "backward_step_net").n.name == "RecurrentBackwardStep"
+    out = execute(res.net, feeds)
+    assert out["W_grad"].shape == (3, 3) and np.any(out["W_grad"] != 0)
+
+
+def test_steps_count_as_loop_iterations() -> None:
+    feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
+    with pytest.raises(LimitExceededError, match="max_loop_iterations"):
+        execute(simple_rnn(), feeds, RunLimits(max_loop_iterations=3))
+
+
+def _problem(net: NetDef) -> NetgradError:
+    with pytest.raises(NetgradError) as info:
+        gradient_for_net(net, ["loss"])
+    return info.value
+
+
+def test_window_outside_the_sequence_is_refused() -> None:
+    net = simple_rnn(links=[("h/h_prev", STATE, 0), ("h/h_t", STATE, 1), ("h/x_t", "x", 1)])
+    err = _problem(net)
+    assert isinstance(err, InvalidNetError)
+    p = err.problems[0]
+    assert p.path == "op[0]:RecurrentNetwork" and p.op_type == "RecurrentNetwork"
+    assert "outside the sequence" in p.message and p.code == "rnn_link_window"
+    net = simple_rnn(windows=[1, 1, 2])
+    assert _problem(net).problems[0].code == "rnn_link_window"
+
+
+def test_step_net_writing_a_read_link_is_refused() -> None:
+    ops = [*step_ops(), make_op("Scale", ["h/x_t"], ["h/x_t"], [make_arg("scale", 2.0)])]
+    p = _problem(simple_rnn(ops=ops)).problems[0]
+    assert p.code == "rnn_writes_read_link" and "h/x_t" in p.message
+    assert p.path == "op[0]:RecurrentNetwork"
+
+
+def test_recurrent_state_without_initial_value_is_refused() -> None:
+    err = _problem(simple_rnn(states=[], ids=[]))
+    codes = [p.code for p in err.problems]
+    assert "rnn_state_without_initial" in codes
+    assert all(p.path == "op[0]:RecurrentNetwork" for p in err.problems)
+    err = _problem(simple_rnn(ids=[]))
+    assert "initial_recurrent_state_ids" in err.problems[0].message
+
+
+def test_param_never_read_is_refused() -> None:
+    net = simple_rnn(extra_inputs=["unused"], args=[make_arg("param", [2, 3, 4])])
+    p = _problem(net).problems[0]
+    assert p.code == "rnn_param_unread" and "unused" in p.message
+
+
+def test_step_net_error_names_the_nested_path() -> None:
+    ops = [*step_ops()[:2], make_op("Floor", ["h/pre2"], ["h/h_t"])]
+    err = _problem(simple_rnn(ops=ops))
+    assert any(p.path is not None and p.path.startswith("op[0]:RecurrentNetwork/step_net/op[2]")
+               for p in err.problems), err.problems
+
+
+def test_sequence_gradient_and_params_layout() -> None:
+    res = gradient_for_net(simple_rnn(), ["loss"])
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    assert list(g.input) == ["h/h_t_all_grad", "x", "h0", "W", "b", "h/h_t_all",
+                             "h/h_t_last", "h/step_workspaces"]
+    assert list(g.output) == ["x_grad", "W_grad", "b_grad", "h0_grad"]
+    assert list(find_arg(g, "param").ints) == [2, 3]
+    assert list(find_arg(g, "outputs_with_grads").ints) == [0]
+    assert [s.decode() for s in find_arg(g, "backward_link_external").strings] == [
+        STATE + "_grad", STATE + "_grad", "x_grad"]
