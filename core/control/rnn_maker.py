@@ -31,13 +31,15 @@ from api_schemas import caffe2_pb2
 from core.control.rnn_args import BACKWARD_ARGS, Link, RnnSpec, parse_rnn
 from core.control.subnets import gradient_control_op, invalid_net, io_names, reject_sparse
 from core.control.subnets import subnet_gradient as _subnet_gradient
-from core.errors import InvalidNetError
+from core.errors import GradientError, InvalidNetError
 from core.ir.env import GenEnv
 from core.registry import (
     GradientMaker,
+    find_arg,
     make_arg,
     make_op,
     register_gradient,
+    register_renamers,
     register_return_net_hook,
     schema,
 )
@@ -406,3 +408,54 @@ def _collect(net: NetDef, fwd: dict[str, list[OperatorDef]],
 
 
 register_return_net_hook(attach_backward_step_nets)
+
+
+def _n_go(op: OperatorDef) -> int:
+    a = find_arg(op, "outputs_with_grads")
+    return len(a.ints) if a is not None and len(a.ints) else 1
+
+
+def rename_rnn_gradient_output(
+    op: OperatorDef, idx: int, new_name: str, siblings: list[OperatorDef] | None = None
+) -> None:
+    """Make a ``RecurrentNetworkGradient`` write output ``idx`` as ``new_name``.
+
+    Outputs are positional in Caffe2's runtime except the sequence gradient (output 0),
+    which it finds as ``remappedName(<input 0>_grad)``: the argument
+    ``<input 0>_grad.rename`` carries the new name (Caffe2's memonger renaming convention).
+    """
+    op.output[idx] = new_name
+    if idx != 0:
+        return
+    key = f"{op.input[_n_go(op)]}_grad.rename"
+    for a in op.arg:
+        if a.name == key:
+            a.s = new_name.encode("utf-8")
+            return
+    op.arg.append(make_arg(key, new_name))
+
+
+def rename_rnn_gradient_input(op: OperatorDef, old: str, new: str) -> None:
+    """Rebind an output-gradient input; refuse rebinding a forward value (``recompute``).
+
+    The backward step net reads the forward inputs (the params) by name in the workspace,
+    so a recomputed copy under another name would not be seen.
+
+    Raises:
+        GradientError: code ``rnn_recompute_input``.
+    """
+    n_go = _n_go(op)
+    if old in op.input[n_go:]:
+        raise GradientError.at(
+            f"RecurrentNetworkGradient reads {old} by name inside its backward_step_net, so "
+            "recompute cannot rebind it to a recomputed copy: write the later result to a new "
+            f"blob instead of overwriting {old} in place",
+            blobs=(old,), code="rnn_recompute_input",
+        )
+    for j in range(n_go):
+        if op.input[j] == old:
+            op.input[j] = new
+
+
+register_renamers("RecurrentNetworkGradient", output=rename_rnn_gradient_output,
+                  input=rename_rnn_gradient_input)

@@ -309,7 +309,8 @@ def run_recurrent_network_gradient(
                                       "a gradient needs offset 1 or -1")
     xgrad = remapped(op, op.input[n_go] + "_grad")
     ws.set(xgrad, np.zeros_like(x))
-    links = [*spec.links, *spec.backward_links]
+    links = [Link(remapped(op, lk.internal), remapped(op, lk.external), lk.offset, lk.window)
+             for lk in [*spec.links, *spec.backward_links]]
     shared = scratch.shared if scratch.shared is not None else StepWorkspace(ws)
     for g in net.op:
         for name in g.output:

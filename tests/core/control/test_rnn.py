@@ -173,3 +173,36 @@ def test_sequence_gradient_and_params_layout() -> None:
     assert list(find_arg(g, "outputs_with_grads").ints) == [0]
     assert [s.decode() for s in find_arg(g, "backward_link_external").strings] == [
         STATE + "_grad", STATE + "_grad", "x_grad"]
+
+
+def test_sequence_gradient_accumulated_with_another_consumer() -> None:
+    """x feeds the RNN and a Tanh: the RNN's x gradient is renamed for the accumulation
+    (Caffe2's ``<x>_grad.rename`` argument) and the sum verifies."""
+    net = simple_rnn()
+    net.op.extend([make_op("Tanh", ["x"], ["tx"]), make_op("AveragedLoss", ["tx"], ["l2"]),
+                   make_op("Add", ["loss", "l2"], ["total"])])
+    res = gradient_for_net(net, ["total"])
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    renamed = find_arg(g, "x_grad.rename")
+    assert renamed is not None and renamed.s.decode() == g.output[0] != "x_grad"
+    res2 = verify_net(net, ["total"], VerifyOptions(inputs=simple_feeds(), mode="full",
+                                                      step=1e-6, atol=1e-6, rtol=1e-4))
+    assert res2.report.passed, [(b.blob, b.max_abs_error) for b in res2.report.blobs]
+
+
+def test_overwritten_param_is_refused_even_with_recompute() -> None:
+    net = simple_rnn()
+    net.op.insert(1, make_op("Scale", ["W"], ["W"], [make_arg("scale", 2.0)]))
+    net.op.insert(2, make_op("FC", ["h/h_t_last", "W", "b"], ["y2"], [make_arg("axis", 2)]))
+    net.op.extend([make_op("AveragedLoss", ["y2"], ["l2"]),
+                   make_op("Add", ["loss", "l2"], ["total"])])
+    net.op.insert(0, make_op("Copy", ["W_fed"], ["W"]))  # W computed: recompute could redo it
+    codes = []
+    for recompute in (False, True):
+        with pytest.raises(NetgradError) as info:
+            gradient_for_net(net, ["total"], recompute=recompute)
+        p = info.value.problems[0]
+        assert p.op_index == 1 and p.op_type == "RecurrentNetwork", p
+        assert "W" in p.blobs
+        codes.append(p.code)
+    assert codes == ["version_mismatch", "rnn_recompute_input"]
