@@ -148,6 +148,21 @@ class _Plan:
             if name in written:
                 problems.append((f"step_net writes {name}, the {role} it is linked to read "
                                  "only; write a new blob instead", "rnn_writes_read_link"))
+        read_only = {*self.prev.values(), *self.seq.values()}
+        carried = [n for n in dict.fromkeys([*reads, *inputs, *states, spec.timestep])
+                   if n in written and n not in read_only and n not in self.new.values()]
+        if carried:
+            problems.append((f"step_net writes {', '.join(carried)}, which it also reads from "
+                             "outside the step (an op input, a state or a blob read before "
+                             "written): a value carried between steps outside the recurrent "
+                             "states, which the gradient cannot follow; write new blobs",
+                             "rnn_hidden_recurrence"))
+        dup_ids = sorted({k for k in spec.initial_ids if spec.initial_ids.count(k) > 1})
+        if dup_ids or 0 in spec.initial_ids:
+            problems.append((f"initial_recurrent_state_ids {spec.initial_ids}: each state "
+                             "needs its own input position, other than input 0 (the sequence); "
+                             "the same blob may appear at several positions",
+                             "rnn_link_role"))
         for s, name in self.new.items():
             if name not in written:
                 problems.append((f"step_net never writes {name}, the new value of recurrent "

@@ -202,6 +202,8 @@ def run_recurrent_network(ctx: RunContext, op: OperatorDef, ws: Workspace, path:
     scratch.shared = StepWorkspace(ws)
     for blob in spec.recompute:
         scratch.shared.create(blob)
+    if keep_all:
+        _check_step_locals(spec, ws, scratch.shared)
     scratch.steps = []
     cycle = 2
     for t in range(seq_len):
@@ -217,6 +219,29 @@ def run_recurrent_network(ctx: RunContext, op: OperatorDef, ws: Workspace, path:
                                  f"range for {src.shape[0]} rows")
         ws.set(alias.dst, np.array(src[start:], copy=True))
     ws.set(op.output[-1], scratch)
+
+
+def _check_step_locals(spec: RnnSpec, ws: Workspace, shared: Workspace) -> None:
+    """Refuse a step net whose blobs exist outside the step (when a backward pass follows).
+
+    Such a name is read from and written to the outer workspace, as in Caffe2, so every step
+    overwrites it: the backward pass of an earlier step would read a later step's value.
+
+    Raises:
+        ExecutionError: naming the blobs.
+    """
+    if spec.step_net is None:
+        return
+    links = {lk.internal for lk in spec.links} | {spec.timestep}
+    clash = [n for n in dict.fromkeys(o for op in spec.step_net.op for o in op.output)
+             if n not in links and n not in spec.recompute and shared.has(n)
+             and not isinstance(ws.get_or_unset(n), StepWorkspaces)]
+    if clash:
+        raise ExecutionError(
+            f"the step net writes {', '.join(clash)}, which already exist outside the step: "
+            "each step would overwrite them and the backward pass of earlier steps would read "
+            "the last step's values; rename the step net's blobs"
+        )
 
 
 def _gradient_layout(op: OperatorDef, spec: RnnSpec) -> tuple[int, list[int], list[int]]:
@@ -276,6 +301,13 @@ def run_recurrent_network_gradient(
     net.CopyFrom(spec.backward_step_net)
     accum: list[tuple[str, int]] = []
     tmpsteps: list[tuple[str, str]] = []
+    for k in spec.initial_ids:
+        init = _tensor(ws, op.input[k + n_go], "initial state")
+        if init.ndim == 3 and init.shape[0] != 1:
+            raise ExecutionError(
+                f"initial state '{op.input[k + n_go]}' holds {init.shape[0]} initial steps; "
+                "the gradient supports one (window-1 links)"
+            )
     for i, k in enumerate(params):
         pgrad = op.output[1 + i]
         ws.set(pgrad, np.zeros_like(_tensor(ws, op.input[k + n_go], "param")))

@@ -206,3 +206,25 @@ def test_overwritten_param_is_refused_even_with_recompute() -> None:
         assert "W" in p.blobs
         codes.append(p.code)
     assert codes == ["version_mismatch", "rnn_recompute_input"]
+
+
+def test_value_carried_outside_the_states_is_refused() -> None:
+    ops = [*step_ops(), make_op("Scale", ["W"], ["W"], [make_arg("scale", 0.5)])]
+    p = _problem(simple_rnn(ops=ops)).problems[0]
+    assert p.code == "rnn_hidden_recurrence" and "W" in p.message
+
+
+def test_initial_state_ids_must_be_distinct_positions() -> None:
+    net = simple_rnn(states=[STATE, "h/other_states"], ids=[1, 1],
+                     links=[("h/h_prev", STATE, 0), ("h/h_t", STATE, 1), ("h/x_t", "x", 0),
+                            ("h/o_prev", "h/other_states", 0), ("h/h_t2", "h/other_states", 1)],
+                     ops=[*step_ops(), make_op("Tanh", ["h/o_prev"], ["h/h_t2"])])
+    assert "rnn_link_role" in [p.code for p in _problem(net).problems]
+
+
+def test_step_blob_that_exists_outside_is_an_execution_error() -> None:
+    net = simple_rnn()
+    net.op.insert(0, make_op("Copy", ["b"], ["h/pre2"]))  # an outer blob named like a step blob
+    feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
+    with pytest.raises(ExecutionError, match="h/pre2, which already exist outside the step"):
+        execute(net, feeds)
