@@ -228,3 +228,45 @@ def test_step_blob_that_exists_outside_is_an_execution_error() -> None:
     feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
     with pytest.raises(ExecutionError, match="h/pre2, which already exist outside the step"):
         execute(net, feeds)
+
+
+def test_step_net_in_text_format_is_accepted() -> None:
+    """Older recurrent_net builds pass step_net as a protobuf text string."""
+    from core.proto import codec
+
+    net = simple_rnn()
+    rnn = net.op[0]
+    step = find_arg(rnn, "step_net")
+    text = codec.to_text(step.n)
+    step.ClearField("n")
+    step.s = text.encode()
+    res = gradient_for_net(net, ["loss"])
+    assert [o.type for o in res.grad_ops].count("RecurrentNetworkGradient") == 1
+    _verify(net, simple_feeds())
+    step.s = b"op { type: "
+    assert _problem(net).problems[0].code == "invalid_rnn_arguments"
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_recurrent_network_inside_an_if_branch(flag: bool) -> None:
+    inner = simple_rnn()
+    then_net = NetDef(name="then")
+    then_net.op.append(inner.op[0])
+    then_net.op.append(make_op("Copy", ["h/h_t_all"], ["out"]))
+    else_net = NetDef(name="else")
+    else_net.op.append(make_op("Tanh", ["x"], ["out"]))
+    net = NetDef(name="outer")
+    net.op.extend([
+        # the branch's RecurrentNetwork outputs are declared on the If (its gradient reads
+        # them; Caffe2's If gradient has the same scope rule)
+        make_op("If", ["flag", "x", "h0", "W", "b"],
+                ["out", "h/h_t_all", "h/h_t_last", "h/step_workspaces"],
+                [make_arg("then_net", then_net), make_arg("else_net", else_net)]),
+        make_op("Mul", ["out", "out"], ["sq"]),
+        make_op("AveragedLoss", ["sq"], ["loss"]),
+    ])
+    res = gradient_for_net(net, ["loss"], return_net=True)
+    assert res.net is not None
+    fwd_then = find_arg(res.net.op[0], "then_net").n
+    assert find_arg(fwd_then.op[0], "backward_step_net").n.name == "RecurrentBackwardStep"
+    _verify(net, simple_feeds(flag=flag))
