@@ -33,6 +33,7 @@ from core.control.subnets import gradient_control_op, invalid_net, io_names, rej
 from core.control.subnets import subnet_gradient as _subnet_gradient
 from core.errors import GradientError, InvalidNetError
 from core.ir.env import GenEnv
+from core.ir.renaming import rename_input, rename_output
 from core.registry import (
     GradientMaker,
     find_arg,
@@ -46,6 +47,9 @@ from core.registry import (
 
 OperatorDef = caffe2_pb2.OperatorDef
 NetDef = caffe2_pb2.NetDef
+
+#: Op types whose sub-nets write the blobs they list as outputs.
+CONTROL_TYPES = frozenset({"Do", "If", "While", "RecurrentNetwork", "RecurrentNetworkGradient"})
 
 SUPPORTED = (
     "netgrad differentiates RecurrentNetwork ops as caffe2.python.recurrent.recurrent_net "
@@ -200,6 +204,17 @@ class _Plan:
         _fail(env, op, problems)
 
 
+def _rename_everywhere(ops: list[OperatorDef], old: str, new: str) -> None:
+    """Rename every read and write of ``old`` in ``ops``, control-op sub-nets included."""
+    for o in ops:
+        for j, name in enumerate(o.input[:]):
+            if name == old:
+                rename_input(o, j, new)
+        for j, name in enumerate(o.output[:]):
+            if name == old:
+                rename_output(o, j, new, ops)
+
+
 def _fresh(base: str, taken: set[str]) -> str:
     name = base
     while name in taken:
@@ -234,13 +249,26 @@ def recurrent_network_gradient(m: GradientMaker) -> list[OperatorDef]:
     claimed: set[str] = set(seeds.values())
     problems: list[tuple[str, str]] = []
 
-    def own(g: str | None, like: str) -> str:
-        """A gradient blob written by the backward step net and used for nothing else."""
-        if g is not None and g in made and g not in claimed:
+    control = {n for g in ops if g.type in CONTROL_TYPES for n in g.output}
+
+    def own(g: str | None, like: str, plain: bool = False) -> str:
+        """A gradient blob written by the backward step net and used for nothing else.
+
+        ``plain`` (param gradients): the runtime renames the blob to ``<name>_tmpstep`` in the
+        top-level ops only, and the blob's name is the gradient op's output, which lives
+        outside the step: a write inside a control op's sub-net would miss the rename and
+        overwrite the sum over steps. Such a gradient is renamed to a private blob
+        everywhere (sub-nets included) and copied out by a plain ``Copy``.
+        """
+        if g is not None and g in made and g not in claimed and not (plain and g in control):
             claimed.add(g)
             return g
         new = _fresh(like + "_grad_rnn", taken)
         claimed.add(new)
+        if g is not None and plain and g in control and g not in claimed:
+            private = _fresh(like + "_grad_rnn_inner", taken)
+            _rename_everywhere(ops, g, private)
+            g = private
         if g is None:
             ops.append(make_op("ConstantFill", [like], [new], [make_arg("value", 0.0)]))
         else:
@@ -266,15 +294,16 @@ def recurrent_network_gradient(m: GradientMaker) -> list[OperatorDef]:
     for k, name in enumerate(inputs):
         if name in internals or name not in gmap:
             continue
-        if k in linked or name in (inputs[j] for j in linked):
+        if k == 0 or k in linked or name in (inputs[j] for j in linked):
             problems.append((f"input {k} ({name}) is linked as a sequence or initial state "
-                             "and also read directly by the step net; its two gradients "
-                             "cannot both be returned", "rnn_input_two_roles"))
+                             "(or is input 0, the sequence) and also read directly by the step "
+                             "net; its two gradients cannot both be returned",
+                             "rnn_input_two_roles"))
             continue
         if k in params or name in (inputs[p] for p in params):
             continue
         params.append(k)
-        param_grads.append(own(gmap[name], name))
+        param_grads.append(own(gmap[name], name, plain=True))
     outer = [n for n in gmap if n not in internals and n not in inputs]
     if outer:
         problems.append((f"the step net reads {', '.join(outer)} from the outer workspace "

@@ -344,6 +344,15 @@ def run_recurrent_network_gradient(
     links = [Link(remapped(op, lk.internal), remapped(op, lk.external), lk.offset, lk.window)
              for lk in [*spec.links, *spec.backward_links]]
     shared = scratch.shared if scratch.shared is not None else StepWorkspace(ws)
+    internals = {lk.internal for lk in links}
+    clash = [n for n in dict.fromkeys(o for g in net.op for o in g.output)
+             if n not in internals and (ws.has(n) or n in op.output)]
+    if clash:
+        raise ExecutionError(
+            f"the backward step net writes {', '.join(clash)}, which exist outside the step "
+            "(the gradient op's outputs or the workspace's blobs): every step would overwrite "
+            "them; regenerate the gradient with netgrad"
+        )
     for g in net.op:
         for name in g.output:
             if not scratch.steps[0].has(name) and name not in {lk.internal for lk in links}:

@@ -625,10 +625,16 @@ def _rnn_step(draw: st.DrawFn, n_states: int, cell: str, gate_if: bool,
         src = draw(st.sampled_from(blobs))
         if gate_if and new == rest[0]:
             then_net, else_net = NetDef(name="then"), NetDef(name="else")
-            then_net.op.append(make_op("Tanh", [src], [new]))
+            if_in = ["flag", src]
+            if draw(st.booleans()):  # a param read inside the branch
+                if_in.append(param("p_if", [d]))
+                then_net.op.append(make_op("Mul", [src, "p_if"], ["r/if_tmp"]))
+                then_net.op.append(make_op("Tanh", ["r/if_tmp"], [new]))
+            else:
+                then_net.op.append(make_op("Tanh", [src], [new]))
             else_net.op.append(make_op("Sigmoid", [src], [new]))
-            ops.append(make_op("If", ["flag", src], [new], [make_arg("then_net", then_net),
-                                                             make_arg("else_net", else_net)]))
+            ops.append(make_op("If", if_in, [new], [make_arg("then_net", then_net),
+                                                    make_arg("else_net", else_net)]))
         else:
             ops.append(make_op(draw(st.sampled_from(["Tanh", "Sigmoid"])), [src], [new]))
     return ops, news

@@ -270,3 +270,49 @@ def test_recurrent_network_inside_an_if_branch(flag: bool) -> None:
     fwd_then = find_arg(res.net.op[0], "then_net").n
     assert find_arg(fwd_then.op[0], "backward_step_net").n.name == "RecurrentBackwardStep"
     _verify(net, simple_feeds(flag=flag))
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_param_read_inside_an_if_of_the_step_net(flag: bool) -> None:
+    """The If's gradient writes the param's step gradient inside its branches: the maker
+    copies it out so the runtime's per-step rename (``<name>_tmpstep``) sees a plain op."""
+    then_net = NetDef(name="then")
+    then_net.op.append(make_op("Mul", ["h/pre2", "s"], ["h/h_t0"]))
+    else_net = NetDef(name="else")
+    else_net.op.append(make_op("Add", ["h/pre2", "s"], ["h/h_t0"]))
+    ops = [*step_ops()[:2],
+           make_op("If", ["flag", "h/pre2", "s"], ["h/h_t0"],
+                   [make_arg("then_net", then_net), make_arg("else_net", else_net)]),
+           make_op("Tanh", ["h/h_t0"], ["h/h_t"])]
+    net = simple_rnn(ops=ops, extra_inputs=["flag", "s"])
+    res = gradient_for_net(net, ["loss"])
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    pg = [x.decode() for x in find_arg(g, "param_grads").strings]
+    assert pg[-1].startswith("s_grad_rnn")
+    feeds = [*simple_feeds(flag=flag), InputSpec.from_array("s", np.array([0.3, -0.2, 0.5]))]
+    _verify(net, feeds)
+
+
+def test_sequence_read_directly_is_refused() -> None:
+    ops = [*step_ops(), make_op("Add", ["h/h_t", "h0"], ["h/unused"])]
+    net = simple_rnn(ops=ops, links=[("h/h_prev", STATE, 0), ("h/h_t", STATE, 1)])
+    net.op[0].input[0] = "x"
+    ops2 = [make_op("FC", ["h/h_prev", "W", "b"], ["h/pre"], [make_arg("axis", 2)]),
+            make_op("Add", ["h/pre", "x"], ["h/pre2"]), make_op("Tanh", ["h/pre2"], ["h/h_t"])]
+    net = simple_rnn(ops=ops2, links=[("h/h_prev", STATE, 0), ("h/h_t", STATE, 1)])
+    assert "rnn_input_two_roles" in [p.code for p in _problem(net).problems]
+
+
+def test_backward_step_net_writing_an_outer_blob_is_an_execution_error() -> None:
+    net = simple_rnn()
+    res = gradient_for_net(net, {"loss": "loss_grad"})
+    g = next(o for o in res.grad_ops if o.type == "RecurrentNetworkGradient")
+    back = find_arg(g, "backward_step_net").n
+    back.op.append(make_op("Copy", ["h/pre_grad"], ["b"]))  # clobbers an outer input
+    full = NetDef()
+    full.CopyFrom(net)
+    full.op.extend(res.grad_ops)
+    feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
+    feeds["loss_grad"] = np.ones(1)
+    with pytest.raises(ExecutionError, match="backward step net writes b, which exist outside"):
+        execute(full, feeds)
