@@ -87,6 +87,11 @@ class _Plan:
     def __init__(self, m: GradientMaker, spec: RnnSpec) -> None:
         op, env = m.op, m.env
         problems: list[tuple[str, str]] = [(p, "invalid_rnn_arguments") for p in spec.problems]
+        if len(op.input) < 1 or len(op.output) < 2:
+            problems.append((f"RecurrentNetwork takes at least 1 input and 2 outputs (the "
+                             f"last: the step workspaces), got {len(op.input)} and "
+                             f"{len(op.output)}", "invalid_rnn"))
+            _fail(env, op, problems)
         if spec.step_net is None:
             problems.append(("RecurrentNetwork op has no step_net argument", "invalid_rnn"))
             _fail(env, op, problems)

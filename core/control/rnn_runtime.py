@@ -189,8 +189,9 @@ def run_recurrent_network(ctx: RunContext, op: OperatorDef, ws: Workspace, path:
     require_ok(spec, op)
     if spec.step_net is None:
         raise InvalidNetError("RecurrentNetwork op requires a 'step_net' argument")
-    if len(op.output) < 1:
-        raise InvalidNetError("RecurrentNetwork needs the step workspaces blob as last output")
+    if len(op.output) < 1 or len(op.input) < 1:
+        raise InvalidNetError("RecurrentNetwork needs an input sequence (input 0) and the step "
+                              "workspaces blob as last output")
     _, seq_len, n = _seq_dims(ws, op, 0)
     _check_steps(ctx, seq_len, op.type)
     for state, k in zip(spec.states, spec.initial_ids, strict=True):
@@ -254,6 +255,11 @@ def _gradient_layout(op: OperatorDef, spec: RnnSpec) -> tuple[int, list[int], li
         raise InvalidNetError(
             f"RecurrentNetworkGradient has {len(op.output)} outputs; its arguments ask for "
             f"{need} (input 0, {len(params)} param(s), {len(spec.initial_ids)} initial state(s))"
+        )
+    if len(op.input) < n_go + 2:
+        raise InvalidNetError(
+            f"RecurrentNetworkGradient has {len(op.input)} inputs: it needs the {n_go} output "
+            "gradient(s), then the forward op's inputs and outputs"
         )
     for k in [*params, *spec.initial_ids]:
         if not 0 <= k + n_go < len(op.input):

@@ -316,3 +316,21 @@ def test_backward_step_net_writing_an_outer_blob_is_an_execution_error() -> None
     feeds["loss_grad"] = np.ones(1)
     with pytest.raises(ExecutionError, match="backward step net writes b, which exist outside"):
         execute(full, feeds)
+
+
+def test_malformed_ops_are_clean_errors() -> None:
+    from core.api import gradient_for_op
+
+    op = make_op("RecurrentNetwork", [], ["only"], [])
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_op(op, ["g"])
+    assert info.value.problems[0].path == "op[0]:RecurrentNetwork"
+    bad = NetDef()
+    bad.op.append(op)
+    with pytest.raises(InvalidNetError, match="step_net"):
+        execute(bad, {})
+    grad = NetDef()
+    grad.op.append(make_op("RecurrentNetworkGradient", ["a"], ["b"],
+                           [make_arg("backward_step_net", NetDef())]))
+    with pytest.raises(InvalidNetError):
+        execute(grad, {"a": np.ones(1)})
