@@ -142,7 +142,10 @@ def run_step(
                 f"step {t}: blob {link.internal} has shape {list(arr.shape)} but its link "
                 f"rows [{lo}, {hi}) of {link.external} have shape {list(ext[lo:hi].shape)}"
             )
-        ext[lo:hi] = arr.reshape(ext[lo:hi].shape)
+        if not ext.flags.writeable:  # a fed (read-only) blob: Caffe2 writes it in place
+            ext = np.array(ext, copy=True)
+            sw.set(link.external, ext)
+        ext[lo:hi] = arr.reshape(ext[lo:hi].shape).astype(ext.dtype, copy=False)
 
 
 def _seq_dims(ws: Workspace, op: OperatorDef, k: int) -> tuple[np.ndarray, int, int]:
@@ -374,6 +377,9 @@ def run_recurrent_network_gradient(
         for pgrad, tmp in tmpsteps:
             step_g = _tensor(sw, tmp, "step gradient of a param")
             total = ws.get(pgrad)
+            if step_g.size != total.size:
+                raise ExecutionError(f"step gradient {tmp} has shape {list(step_g.shape)}, its "
+                                     f"param gradient {pgrad} {list(total.shape)}")
             ws.set(pgrad, total + step_g.reshape(total.shape))
     if op.output[0] != xgrad:
         ws.set(op.output[0], np.array(ws.get(xgrad), copy=True))
@@ -387,6 +393,18 @@ def run_recurrent_network_gradient(
         ws.set(op.output[1 + len(params) + i], np.array(out, dtype=init.dtype, copy=True))
 
 
+def _guarded(fn: Any) -> Any:
+    """Report NumPy shape/index errors of a runtime as :class:`ExecutionError` (never a 500)."""
+
+    def run(ctx: RunContext, op: OperatorDef, ws: Workspace, path: str) -> None:
+        try:
+            fn(ctx, op, ws, path)
+        except (ValueError, IndexError, TypeError) as exc:
+            raise ExecutionError(f"{op.type} failed: {type(exc).__name__}: {exc}") from exc
+
+    return run
+
+
 register_op(
     "RecurrentNetworkGradient",
     schema((2, -1), (1, -1)),
@@ -394,5 +412,5 @@ register_op(
     doc="gradient of RecurrentNetwork: backward_step_net over the saved step workspaces "
     "(executor-native)",
 )
-register_native("RecurrentNetwork", run_recurrent_network)
-register_native("RecurrentNetworkGradient", run_recurrent_network_gradient)
+register_native("RecurrentNetwork", _guarded(run_recurrent_network))
+register_native("RecurrentNetworkGradient", _guarded(run_recurrent_network_gradient))

@@ -334,3 +334,15 @@ def test_malformed_ops_are_clean_errors() -> None:
                            [make_arg("backward_step_net", NetDef())]))
     with pytest.raises(InvalidNetError):
         execute(grad, {"a": np.ones(1)})
+
+
+def test_forward_step_writing_its_read_only_input_link() -> None:
+    """Forward-only, Caffe2 lets a step write its input window (shared memory): the fed
+    sequence changes in place; the gradient of such an op is refused (see above)."""
+    ops = [*step_ops(), make_op("Scale", ["h/x_t"], ["h/x_t"], [make_arg("scale", 2.0)])]
+    net = simple_rnn(ops=ops, backward_step_net=False)
+    feeds = {s.blob: s.tensor.data for s in simple_feeds() if s.tensor is not None}
+    x = np.array(feeds["x"])
+    x.flags.writeable = False
+    out = execute(net, {**feeds, "x": x}, fetch=["x"])
+    np.testing.assert_allclose(out["x"], 2 * feeds["x"])
