@@ -346,3 +346,36 @@ def test_forward_step_writing_its_read_only_input_link() -> None:
     x.flags.writeable = False
     out = execute(net, {**feeds, "x": x}, fetch=["x"])
     np.testing.assert_allclose(out["x"], 2 * feeds["x"])
+
+
+def test_recurrent_network_in_a_do_and_in_a_while_body() -> None:
+    """The forward op runs in the Do's / each iteration's saved workspace; its step
+    workspaces are found there again by the gradient."""
+    from core.control.lowering import add_do_op, add_while_op
+
+    rnn = simple_rnn().op[0]
+    body = NetDef(name="body")
+    body.op.extend([rnn, make_op("Copy", ["h/h_t_last"], ["y"])])
+    net = NetDef(name="outer")
+    add_do_op(net, ["x", "h0", "W", "b", "y"], body)
+    net.op.extend([make_op("Mul", ["y", "y"], ["sq"]), make_op("AveragedLoss", ["sq"], ["loss"])])
+    _verify(net, simple_feeds())
+
+    body = NetDef(name="wbody")
+    body.op.extend([rnn, make_op("Add", ["acc", "h/h_t_last"], ["acc"]),
+                    make_op("Add", ["i", "one"], ["i"])])
+    cond = NetDef(name="cond")
+    cond.op.append(make_op("LT", ["i", "two"], ["c"]))
+    net = NetDef(name="outer2")
+    net.op.extend([make_op("Copy", ["zero"], ["i"]),
+                   make_op("Scale", ["h0"], ["acc"], [make_arg("scale", 0.5)]),
+                   make_op("LT", ["i", "two"], ["c"])])
+    add_while_op(net, "c", ["x", "h0", "W", "b", "i", "one", "two", "c", "acc"], body, cond)
+    net.op.extend([make_op("Mul", ["acc", "acc"], ["sq"]),
+                   make_op("AveragedLoss", ["sq"], ["loss"])])
+    consts = [InputSpec.from_array(n, np.array([v]))
+              for n, v in (("zero", 0.0), ("one", 1.0), ("two", 2.0))]
+    res = verify_net(net, ["loss"], VerifyOptions(inputs=[*simple_feeds(), *consts],
+                                                  mode="full", step=1e-6, atol=1e-6,
+                                                  rtol=1e-4, check=["x", "h0", "W", "b"]))
+    assert res.report.passed, [(b.blob, b.max_abs_error) for b in res.report.blobs]
