@@ -691,6 +691,12 @@ def rnn_fuzz_cases(draw: st.DrawFn) -> FuzzCase:
     net = NetDef(name="rnn_fuzz")
     net.op.append(make_op("RecurrentNetwork", inputs, [*outputs, "r/step_workspaces"], args))
     ys = draw(st.lists(st.sampled_from(outputs), min_size=1, max_size=3, unique=True))
+    # other consumers of the sequence and of a param: their gradients are accumulated with
+    # the RecurrentNetworkGradient's outputs (renamed outputs, <x>_grad.rename)
+    for k, src in enumerate(draw(st.lists(st.sampled_from(["x", *params]), max_size=2,
+                                          unique=True))):
+        net.op.append(make_op("Tanh", [src], [f"r/extra{k}"]))
+        ys.append(f"r/extra{k}")
     rng_seed = draw(st.integers(0, 2**16))
     import numpy as np  # (local: the rest of this module needs no NumPy)
 
