@@ -79,9 +79,24 @@ class StepWorkspaces:
 
     steps: list[StepWorkspace] = field(default_factory=list)
     shared: StepWorkspace | None = None
+    summary: str = ""
 
     def __repr__(self) -> str:
         return f"StepWorkspaces({len(self.steps)} steps)"
+
+    def saved_report(self) -> str:
+        """What the saved step workspaces held after the forward run: steps x blobs,
+        elements (issue 9)."""
+        return self.summary
+
+    def summarize(self) -> None:
+        """Record :meth:`saved_report` (called at the end of the forward run)."""
+        blobs = sum(len(sw.items()) for sw in self.steps)
+        elements = sum(int(v.size) for sw in self.steps for _, v in sw.items()
+                       if isinstance(v, np.ndarray))
+        per = blobs // len(self.steps) if self.steps else 0
+        self.summary = (f"the RecurrentNetwork kept {len(self.steps)} step workspace(s) for the "
+                f"backward pass: {len(self.steps)} x {per} blobs, {elements} elements in all")
 
 
 def _tensor(ws: Workspace, name: str, what: str) -> np.ndarray:
@@ -222,6 +237,7 @@ def run_recurrent_network(ctx: RunContext, op: OperatorDef, ws: Workspace, path:
             raise ExecutionError(f"alias {alias.dst} = {alias.src}[{alias.offset}:] is out of "
                                  f"range for {src.shape[0]} rows")
         ws.set(alias.dst, np.array(src[start:], copy=True))
+    scratch.summarize()
     ws.set(op.output[-1], scratch)
 
 

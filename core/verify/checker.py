@@ -307,6 +307,11 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
             job.seeds[y]: _readonly(w.astype(base.get(y).dtype)) for y, w in weights.items()
         }
         grad_ws = _run(ctx, net, {**feeds, **seeds}, then=grad_net)
+        for name, value in grad_ws.items():  # e.g. RecurrentNetwork step workspaces (issue 9)
+            saved = getattr(value, "saved_report", None)
+            if callable(saved):
+                diagnostics.append(Diagnostic("info", "saved_step_workspaces", saved(),
+                                              blobs=(name,)))
 
         reports: list[BlobReport] = []
         for blob in check:

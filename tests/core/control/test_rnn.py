@@ -379,3 +379,11 @@ def test_recurrent_network_in_a_do_and_in_a_while_body() -> None:
                                                   mode="full", step=1e-6, atol=1e-6,
                                                   rtol=1e-4, check=["x", "h0", "W", "b"]))
     assert res.report.passed, [(b.blob, b.max_abs_error) for b in res.report.blobs]
+
+
+def test_verify_reports_the_saved_step_workspaces_with_elements() -> None:
+    res = verify_net(simple_rnn(), ["loss"], VerifyOptions(inputs=simple_feeds(), mode="fast"))
+    diag = [d for d in res.diagnostics if d.code == "saved_step_workspaces"]
+    assert len(diag) == 1 and diag[0].blobs == ("h/step_workspaces",)
+    # 4 steps; each keeps timestep, h/h_prev, h/h_t, h/x_t, h/pre, h/pre2 (1 + 5 x 2 x 3 values)
+    assert "4 x 6 blobs, 124 elements" in diag[0].message, diag[0].message
