@@ -21,8 +21,17 @@ forward op only checks that it carries one, to keep one step workspace per time 
 
 Supported shape (anything else is a 4xx naming the op): links of window 1; per recurrent
 state one link at offset 0 (the previous value, only read) and one at offset 1 (the new
-value, written by the step net); input sequences linked at offset 0; output gradients only
-on ``<state>_all`` (offset 1) / ``<state>_last`` (offset -1) aliases.
+value, written by the step net); input sequences linked at offset 0 (only input 0's gets a
+gradient, as in Caffe2); output gradients only on ``<state>_all`` (offset 1) /
+``<state>_last`` (offset -1) aliases. Also refused: a step net that writes what it reads
+from outside the step (an op input, a state, a blob read before written: a value carried
+between steps that the gradient cannot follow), a ``param`` the step net never reads, a
+step net reading an outer blob that is not an input of the op and needs a gradient.
+
+Param gradients: the runtime renames each ``param_grads`` blob to ``<name>_tmpstep`` in the
+backward step net's top-level ops and sums it over the steps (Caffe2's
+``AddParamGradientAccumulationOps``); a param gradient written inside a control op of the
+step net is therefore renamed to a private blob and copied out by a plain ``Copy``.
 """
 
 from __future__ import annotations
