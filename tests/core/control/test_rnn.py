@@ -387,3 +387,46 @@ def test_verify_reports_the_saved_step_workspaces_with_elements() -> None:
     assert len(diag) == 1 and diag[0].blobs == ("h/step_workspaces",)
     # 4 steps; each keeps timestep, h/h_prev, h/h_t, h/x_t, h/pre, h/pre2 (1 + 5 x 2 x 3 values)
     assert "4 x 6 blobs, 124 elements" in diag[0].message, diag[0].message
+
+
+def test_forward_windows_and_a_multi_step_initial_state() -> None:
+    """Caffe2's windowed links: with a 3-D initial state of two rows, step t reads rows
+    [t, t + 2) of the state (window 2) and writes row t + 2; h_t = tanh(sum(window) + x_t)."""
+    step = NetDef(name="win_step")
+    step.op.extend([
+        make_op("ReduceSum", ["w/prev2"], ["w/s"], [make_arg("axes", [0]),
+                                                    make_arg("keepdims", 1)]),
+        make_op("Add", ["w/s", "w/x_t"], ["w/pre"]),
+        make_op("Tanh", ["w/pre"], ["w/h_t"]),
+    ])
+    rnn = make_op("RecurrentNetwork", ["x", "h0"], ["w/all", "w/last", "w/ws"], [
+        make_arg("step_net", step),
+        make_arg("recurrent_states", ["w/states"]),
+        make_arg("initial_recurrent_state_ids", [1]),
+        make_arg("link_internal", ["w/prev2", "w/h_t", "w/x_t"]),
+        make_arg("link_external", ["w/states", "w/states", "x"]),
+        make_arg("link_offset", [0, 2, 0]),
+        make_arg("link_window", [2, 1, 1]),
+        make_arg("alias_src", ["w/states", "w/states"]),
+        make_arg("alias_dst", ["w/all", "w/last"]),
+        make_arg("alias_offset", [2, -1]),
+    ])
+    net = NetDef()
+    net.op.append(rnn)
+    rng = np.random.default_rng(5)
+    x, h0 = rng.standard_normal((4, 2, 3)), rng.standard_normal((2, 2, 3))
+    out = execute(net, {"x": x, "h0": h0})
+    rows = [h0[0], h0[1]]
+    for t in range(4):
+        rows.append(np.tanh(rows[t] + rows[t + 1] + x[t]))
+    np.testing.assert_allclose(out["w/all"], np.stack(rows[2:]), rtol=1e-12)
+    np.testing.assert_allclose(out["w/last"], rows[-1][None], rtol=1e-12)
+    # its gradient is refused (window 2), not guessed
+    net.op.extend([make_op("AveragedLoss", ["w/all"], ["loss"])])
+    assert _problem(net).problems[0].code == "rnn_link_window"
+    # a window reaching past the state fails at run time, located
+    bad = NetDef()
+    bad.CopyFrom(net)
+    find_arg(bad.op[0], "link_window").ints[0] = 4  # rows [3, 7) of 6 at the last step
+    with pytest.raises(ExecutionError, match="falls outside the sequence"):
+        execute(bad, {"x": x, "h0": h0})
