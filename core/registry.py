@@ -337,6 +337,36 @@ def subnet_pass() -> SubnetPass:
     return _SUBNET_PASS[0]
 
 
+_RETURN_NET_HOOKS: list[Callable[[Any], None]] = []
+
+
+def register_return_net_hook(fn: Callable[[Any], None]) -> None:
+    """Declare ``fn(net)``, run on the forward + gradient NetDef that ``return_net`` gives.
+
+    ``RecurrentNetwork`` uses it to put the generated ``backward_step_net`` on the forward op
+    (Caffe2 keeps one step workspace per time step only then; issue 9).
+    """
+    if fn not in _RETURN_NET_HOOKS:
+        _RETURN_NET_HOOKS.append(fn)
+
+
+def return_net_hooks() -> list[Callable[[Any], None]]:
+    """The hooks of :func:`register_return_net_hook`, in registration order."""
+    return list(_RETURN_NET_HOOKS)
+
+
+def with_gradient_ops(net: Any, grad_ops: Sequence[OperatorDef]) -> Any:
+    """A copy of NetDef ``net`` with ``grad_ops`` appended and the return-net hooks applied:
+    the forward + gradient net that ``return_net`` answers, and that /v1/run and /v1/verify
+    execute."""
+    out = type(net)()
+    out.CopyFrom(net)
+    out.op.extend(grad_ops)
+    for hook in _RETURN_NET_HOOKS:
+        hook(out)
+    return out
+
+
 def get_entry(op_type: str) -> OpEntry | None:
     """Registry entry of ``op_type``, or ``None`` when the type is unknown."""
     return REGISTRY.get(op_type)

@@ -12,6 +12,10 @@ in :mod:`core.registry`, where the backward pass finds them. The parts:
   write (spec §3.6; issue 3 and issue 7).
 
 Corrected upstream defects (spec §3.8) are listed in each maker's module.
+
+``RecurrentNetwork`` (issue 9) plugs in the same way from its own modules, imported by
+:func:`core.ops.load_all`: :mod:`core.control.rnn_maker` (maker, renamers, return-net
+hook), :mod:`core.control.rnn_runtime` (executor runtime), :mod:`core.control.rnn_args`.
 """
 
 from __future__ import annotations

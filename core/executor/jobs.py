@@ -27,6 +27,7 @@ from core.executor.executor import feed_blobs, run
 from core.executor.limits import RunLimits, default_limits
 from core.executor.workspace import Workspace, WorkspaceStack
 from core.ir.env import GenLimits
+from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradValue
 
 NetDef = caffe2_pb2.NetDef
@@ -196,9 +197,7 @@ def run_net(
     result = RunResult({})
     if ys:
         gen = gradient_for_net(net, ys, skip, limits=gen_limits, recompute=recompute)
-        full = NetDef()
-        full.CopyFrom(net)
-        full.op.extend(gen.grad_ops)
+        full = with_gradient_ops(net, gen.grad_ops)
         result = RunResult({}, list(gen.grad_ops), dict(gen.grad_map), list(gen.diagnostics))
     elif skip or recompute:
         raise InvalidRequestError("skip and recompute apply only when ys is given")

@@ -42,6 +42,7 @@ from core.registry import (
     make_arg,
     make_op,
     register_subnet_pass,
+    return_net_hooks,
 )
 from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
@@ -522,6 +523,8 @@ def net_gradient(
         out_net = caffe2_pb2.NetDef()
         out_net.CopyFrom(net)
         out_net.op.extend(grad_ops)
+        for hook in return_net_hooks():
+            hook(out_net)
     return NetGradientResult(grad_ops, grad_map, list(env.diagnostics), out_net)
 
 

@@ -24,6 +24,8 @@ def load_all() -> None:
     # even where the gradient makers cannot be imported (see core.executor.executor).
     importlib.import_module("core.control.runtime")
     importlib.import_module("core.control.gradients")
+    importlib.import_module("core.control.rnn_runtime")  # RecurrentNetwork (issue 9)
+    importlib.import_module("core.control.rnn_maker")
     # Last: Caffe2's status of every op type, derived from the makers registered above.
     importlib.import_module("core.caffe2_statuses").apply_caffe2_statuses()
     _loaded = True

@@ -43,6 +43,7 @@ from core.executor.executor import ExecContext, feed_blobs, validate_net
 from core.executor.limits import RunLimits, default_limits, element_cap
 from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
+from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradientSlice, GradValue
 from core.verify.kinks import KINKS, kink_distances
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
@@ -310,6 +311,11 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
             job.seeds[y]: _readonly(w.astype(base.get(y).dtype)) for y, w in weights.items()
         }
         grad_ws = _run(ctx, net, {**feeds, **seeds}, then=grad_net)
+        for name, value in grad_ws.items():  # e.g. RecurrentNetwork step workspaces (issue 9)
+            saved = getattr(value, "saved_report", None)
+            if callable(saved):
+                diagnostics.append(Diagnostic("info", "saved_step_workspaces", saved(),
+                                              blobs=(name,)))
 
         reports: list[BlobReport] = []
         for blob in check:
@@ -500,8 +506,12 @@ def verify_net(
     # says of the blob's later versions.
     overwritten = written_before_read(net.op)
     checked_map = {b: g for b, g in gen.grad_map.items() if b not in overwritten}
+    # The forward ops as return_net gives them (a RecurrentNetwork carries its generated
+    # backward_step_net, so it keeps the step workspaces its gradient op needs).
+    fwd = with_gradient_ops(net, ops)
+    del fwd.op[len(net.op):]
     job = _Job(
-        net.SerializeToString(),
+        fwd.SerializeToString(),
         [op.SerializeToString() for op in ops],
         checked_map,
         seeds,

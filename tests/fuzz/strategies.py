@@ -755,3 +755,146 @@ def _emit_8c(self: _Gen, b: _Block, d: _Draft, force_fresh: bool = False,
 
 _Gen.draft = _draft_8c  # type: ignore[method-assign]
 _Gen.emit = _emit_8c  # type: ignore[method-assign]
+
+
+# --- issue 9: small RecurrentNetwork ops (isolated block; rnn_fuzz_cases) -----------------
+def _rnn_step(draw: st.DrawFn, n_states: int, cell: str, gate_if: bool,
+              params: dict[str, list[int]], d: int) -> tuple[list[OperatorDef], list[str]]:
+    """Step-net ops of :func:`rnn_fuzz_cases`: a random elementwise mix of ``x_t``, the
+    previous states and FC projections, squashed into each new state (or an LSTM/GRU cell)."""
+    ops: list[OperatorDef] = []
+    blobs = ["r/x_t", *(f"r/s{i}_prev" for i in range(n_states))]
+
+    def fresh(stem: str) -> str:
+        return f"r/{stem}{len(ops)}"
+
+    def param(name: str, shape: list[int]) -> str:
+        params[name] = shape
+        return name
+
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["FC", "Add", "Mul", "Tanh", "Sigmoid", "Scale"]))
+        a = draw(st.sampled_from(blobs))
+        out = fresh(kind.lower())
+        if kind == "FC":
+            k = len(params)
+            ops.append(make_op("FC", [a, param(f"W{k}", [d, d]), param(f"b{k}", [d])], [out],
+                               [make_arg("axis", 2)]))
+        elif kind in ("Add", "Mul"):
+            ops.append(make_op(kind, [a, draw(st.sampled_from(blobs))], [out]))
+        elif kind == "Scale":
+            ops.append(make_op("Scale", [a], [out],
+                               [make_arg("scale", draw(st.sampled_from([0.5, -1.0])))]))
+        else:
+            ops.append(make_op(kind, [a], [out]))
+        blobs.append(out)
+    news = [f"r/s{i}_t" for i in range(n_states)]
+    if cell == "lstm":  # states 0 and 1 are the LSTM's hidden and cell state
+        gx = make_op("FC", ["r/x_t", param("Wx4", [4 * d, d]), param("bx4", [4 * d])],
+                     ["r/gx"], [make_arg("axis", 2)])
+        gh = make_op("FC", ["r/s0_prev", param("Wh4", [4 * d, d]), param("bh4", [4 * d])],
+                     ["r/gh"], [make_arg("axis", 2)])
+        unit = make_op("LSTMUnit", ["r/s0_prev", "r/s1_prev", "r/gates", "lengths", "timestep"],
+                       news[:2], [make_arg("drop_states", int(draw(st.booleans()))),
+                                  make_arg("forget_bias", draw(st.sampled_from([0.0, 1.0])))])
+        ops += [gx, gh, make_op("Add", ["r/gx", "r/gh"], ["r/gates"]), unit]
+        rest = news[2:]
+    elif cell == "gru":
+        gx = make_op("FC", ["r/x_t", param("Wx3", [3 * d, d]), param("bx3", [3 * d])],
+                     ["r/gates"], [make_arg("axis", 2)])
+        ops += [gx, make_op("GRUUnit", ["r/s0_prev", "r/gates", "lengths", "timestep"],
+                            news[:1], [make_arg("drop_states", int(draw(st.booleans())))])]
+        rest = news[1:]
+    else:
+        rest = news
+    for new in rest:
+        src = draw(st.sampled_from(blobs))
+        if gate_if and new == rest[0]:
+            then_net, else_net = NetDef(name="then"), NetDef(name="else")
+            if_in = ["flag", src]
+            if draw(st.booleans()):  # a param read inside the branch
+                if_in.append(param("p_if", [d]))
+                then_net.op.append(make_op("Mul", [src, "p_if"], ["r/if_tmp"]))
+                then_net.op.append(make_op("Tanh", ["r/if_tmp"], [new]))
+            else:
+                then_net.op.append(make_op("Tanh", [src], [new]))
+            else_net.op.append(make_op("Sigmoid", [src], [new]))
+            ops.append(make_op("If", if_in, [new], [make_arg("then_net", then_net),
+                                                    make_arg("else_net", else_net)]))
+        else:
+            ops.append(make_op(draw(st.sampled_from(["Tanh", "Sigmoid"])), [src], [new]))
+    return ops, news
+
+
+@st.composite
+def rnn_fuzz_cases(draw: st.DrawFn) -> FuzzCase:
+    """Strategy of :class:`FuzzCase` holding one random ``RecurrentNetwork`` (issue 9).
+
+    Up to three steps, batch 1-2, state size 2; one to two recurrent states with initial
+    values ``[1, N, D]`` or ``[D]``; an optional LSTMUnit or GRUUnit cell with random
+    ``seq_lengths``, ``drop_states`` and ``forget_bias``; an optional ``If`` on a fed flag
+    in the step net; an optional ``recompute_blobs_on_backward``; the loss on a random set
+    of the ``_all``/``_last`` outputs. The op carries a ``backward_step_net`` placeholder,
+    as ``recurrent_net`` leaves one, so its forward run keeps the step workspaces.
+    """
+    t = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 2))
+    d = 2
+    cell = draw(st.sampled_from(["none", "none", "lstm", "gru"]))
+    n_states = draw(st.integers(2 if cell == "lstm" else 1, 2))
+    gate_if = draw(st.booleans()) and (cell == "none" or n_states > (2 if cell == "lstm" else 1))
+    params: dict[str, list[int]] = {}
+    ops, news = _rnn_step(draw, n_states, cell, gate_if, params, d)
+    step = NetDef(name="rnn_step", type="simple")
+    step.op.extend(ops)
+    states = [f"r/s{i}_prev_states" for i in range(n_states)]
+    inits = [f"init{i}" for i in range(n_states)]
+    consts = ["lengths"] if cell != "none" else []
+    if gate_if:
+        consts.append("flag")
+    inputs = ["x", *inits, *params, *consts]
+    links = [(f"r/s{i}_prev", states[i], 0) for i in range(n_states)]
+    links += [(news[i], states[i], 1) for i in range(n_states)]
+    links.append(("r/x_t", "x", 0))
+    outputs = [o for i in range(n_states) for o in (f"r/s{i}_all", f"r/s{i}_last")]
+    args = [
+        make_arg("step_net", step),
+        make_arg("backward_step_net", NetDef(name="placeholder")),
+        make_arg("recurrent_states", states),
+        make_arg("initial_recurrent_state_ids", [1 + i for i in range(n_states)]),
+        make_arg("link_internal", [lk[0] for lk in links]),
+        make_arg("link_external", [lk[1] for lk in links]),
+        make_arg("link_offset", [lk[2] for lk in links]),
+        make_arg("alias_src", [s for s in states for _ in (0, 1)]),
+        make_arg("alias_dst", outputs),
+        make_arg("alias_offset", [1, -1] * n_states),
+        make_arg("timestep", "timestep"),
+    ]
+    single = [o.output[0] for o in ops if len(o.output) == 1 and o.type != "If"
+              and o.output[0] not in news]
+    if single and draw(st.booleans()):
+        args.append(make_arg("recompute_blobs_on_backward", [draw(st.sampled_from(single))]))
+    net = NetDef(name="rnn_fuzz")
+    net.op.append(make_op("RecurrentNetwork", inputs, [*outputs, "r/step_workspaces"], args))
+    ys = draw(st.lists(st.sampled_from(outputs), min_size=1, max_size=3, unique=True))
+    # other consumers of the sequence and of a param: their gradients are accumulated with
+    # the RecurrentNetworkGradient's outputs (renamed outputs, <x>_grad.rename)
+    for k, src in enumerate(draw(st.lists(st.sampled_from(["x", *params]), max_size=2,
+                                          unique=True))):
+        net.op.append(make_op("Tanh", [src], [f"r/extra{k}"]))
+        ys.append(f"r/extra{k}")
+    rng_seed = draw(st.integers(0, 2**16))
+    import numpy as np  # (local: the rest of this module needs no NumPy)
+
+    rng = np.random.default_rng(rng_seed)
+    specs = [InputSpec.from_array("x", rng.uniform(-1, 1, (t, n, d)))]
+    for name in inits:
+        shape = (d,) if draw(st.booleans()) else (1, n, d)
+        specs.append(InputSpec.from_array(name, rng.uniform(-1, 1, shape)))
+    for name, shape in params.items():
+        specs.append(InputSpec.from_array(name, rng.uniform(-0.8, 0.8, shape)))
+    if "lengths" in consts:
+        specs.append(InputSpec.from_array("lengths", rng.integers(0, t + 1, n).astype(np.int32)))
+    if gate_if:
+        specs.append(InputSpec.from_array("flag", np.array([draw(st.booleans())])))
+    return FuzzCase(net, ys, specs, consts, False, draw(st.integers(0, 3)))

@@ -37,7 +37,7 @@ CASES = _all_cases()
 
 # Op types whose maker is exercised by dedicated tests instead of this single-op table
 # (control flow needs whole nets and a workspace runtime).
-COVERED_ELSEWHERE = {"Do", "If", "While"}
+COVERED_ELSEWHERE = {"Do", "If", "While", "RecurrentNetwork"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.op_type}{c.id}" for c in CASES])
