@@ -357,7 +357,14 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                         'description': 'With ys: ignore the first `skip` ops '
                                                        '(they still run).'},
                                'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
-                                             'description': 'With ys: as for /v1/gradients/net.'}},
+                                             'description': 'With ys: as for /v1/gradients/net.'},
+                               'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
+                                                      {'type': 'null'}],
+                                            'description': 'Weights from a Caffe2 init_net, as '
+                                                           'for /v1/verify: run first, its blobs '
+                                                           'fed to `net` (a blob also given in '
+                                                           '`inputs` takes the value from '
+                                                           '`inputs`).'}},
                 'required': ['net', 'fetch'],
                 'additionalProperties': False},
  'RunResponse': {'type': 'object',
@@ -518,8 +525,17 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                               'are taken as the seeds).'},
                                   'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                                 'description': 'As for /v1/gradients/net: re-run '
-                                                               'producers of overwritten '
-                                                               'values.'}},
+                                                               'producers of overwritten values.'},
+                                  'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
+                                                         {'type': 'null'}],
+                                               'description': 'Weights from a Caffe2 init_net '
+                                                              '(fill ops such as GivenTensorFill, '
+                                                              'XavierFill, ConstantFill): run '
+                                                              'first, in a worker, and every blob '
+                                                              'it writes is fed to `net` as an '
+                                                              'input (a blob also given in '
+                                                              '`inputs` takes the value from '
+                                                              '`inputs`).'}},
                    'required': ['net', 'ys'],
                    'additionalProperties': False},
  'VerifyResponse': {'type': 'object',
