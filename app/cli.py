@@ -177,7 +177,7 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         print(f"netgrad: cannot read {ns.file}: {exc}", file=sys.stderr)
         return 2
     except NetgradError as exc:
-        _print_problem(exc.code, exc.message, [_problem_dict(p) for p in exc.problems])
+        _print_local_problem(exc, "/v1/gradients/net")
         return 1
     except RemoteError as exc:
         doc = _problem_document(exc.body)
@@ -193,6 +193,14 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         print(f"{d.severity}: {d.code}{where}: {d.message}", file=sys.stderr)
     sys.stdout.write(format_result(grad_ops, grad_map, ns.format).rstrip("\n") + "\n")
     return 0
+
+
+def _print_local_problem(exc: NetgradError, route: str) -> None:
+    """A local engine error, with the same hints the server adds to its answer."""
+    from app.api.hints import with_hints
+
+    _print_problem(exc.code, exc.message,
+                   [_problem_dict(p) for p in with_hints(route, exc.problems)])
 
 
 def _problem_dict(p: Diagnostic) -> dict[str, Any]:

@@ -140,6 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
+    app.router.redirect_slashes = False  # a trailing slash is a 404 that names the route
     install_handlers(app)
     app.include_router(gradients.router)
     app.include_router(verify.router)
