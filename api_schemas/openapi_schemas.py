@@ -266,7 +266,8 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
              'description': 'An error answer (RFC 9457 application/problem+json) naming every '
                             'problem at once.',
              'properties': {'type': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
-                                     'description': 'urn:netgrad:problem:<code>.'},
+                                     'description': '`urn:netgrad:problem:<code>`, e.g. '
+                                                    '`urn:netgrad:problem:decode_error`.'},
                             'title': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                       'description': 'Reason phrase of the status.'},
                             'status': {'anyOf': [{'type': 'integer', 'format': 'int32'},
