@@ -93,6 +93,18 @@ def _escape_all(node: Any) -> None:
             _escape_all(value)
 
 
+#: Detail of the 500 answer (:func:`app.errors.install_handlers`' last-resort handler).
+INTERNAL_DETAIL = "internal error; the request was not served"
+
+
+def internal_error_example() -> Any:
+    """The 500 problem document exactly as the last-resort handler writes it (a bug cannot be
+    recorded on demand; ``tests/api/test_openapi_examples.py`` provokes one and compares)."""
+    from app.errors import problem_response
+
+    return json.loads(bytes(problem_response(500, "internal_error", INTERNAL_DETAIL, []).body))
+
+
 def _problem(description: str) -> dict[str, Any]:
     return {"description": description,
             "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
@@ -114,7 +126,9 @@ def _finish_operation(op: dict[str, Any], op_id: str) -> None:
     for status, text in _EXTRA_STATUS.items():
         responses.setdefault(str(status), _problem(text))
     responses["503"]["headers"] = dict(_RETRY_AFTER)
-    for status, named in recorded_examples().get(op_id, {}).items():
+    recorded = dict(recorded_examples().get(op_id, {}))
+    recorded.setdefault("500", {"Internal error": {"response": internal_error_example()}})
+    for status, named in recorded.items():
         resp = responses.get(status)
         if resp is None:
             continue

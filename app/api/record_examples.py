@@ -38,6 +38,8 @@ class Case:
         method, path: the route.
         body: JSON body (``None`` for GET); ``raw`` with ``content_type`` sends bytes instead.
         workers: execution workers of the app that answers.
+        headers: extra request headers.
+        max_body_bytes: body limit of the app that answers (default: the service default).
     """
 
     op_id: str
@@ -50,6 +52,12 @@ class Case:
     content_type: str = "application/json"
     workers: int = 1
     headers: dict[str, str] = field(default_factory=dict)
+    max_body_bytes: int | None = None
+
+    @property
+    def app_key(self) -> tuple[int, int | None]:
+        """Which app answers: (execution workers, body limit or ``None`` for the default)."""
+        return self.workers, self.max_body_bytes
 
 
 def _edited(base: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
@@ -65,6 +73,11 @@ _NO_INPUTS = {"net": docs.MLP_NET, "ys": ["prob"]}
 _TYPO = _edited(docs.NET_REQUEST, ["net", "op", 1, "type"], "Reluu")
 _RUN_NO_INPUTS = {"net": docs.MLP_NET, "fetch": ["prob"]}
 _MISSPELT = {"op": docs.DO_OP, "gOutputs": docs.DO_REQUEST["g_output"]}
+
+_POSTS = (("gradientsOp", "/v1/gradients/op", docs.DO_REQUEST),
+          ("gradientsNet", "/v1/gradients/net", docs.NET_REQUEST),
+          ("verify", "/v1/verify", docs.VERIFY_REQUEST),
+          ("run", "/v1/run", docs.RUN_REQUEST))
 
 CASES: tuple[Case, ...] = (
     Case("gradientsOp", 200, "Do op (Add inside Do)", "POST", "/v1/gradients/op",
@@ -84,6 +97,10 @@ CASES: tuple[Case, ...] = (
     Case("run", 200, "If tutorial", "POST", "/v1/run", docs.RUN_REQUEST),
     Case("run", 400, "Missing inputs", "POST", "/v1/run", _RUN_NO_INPUTS),
     Case("run", 503, "No execution worker", "POST", "/v1/run", docs.RUN_REQUEST, workers=0),
+    *(Case(op_id, 406, "Accept allows neither JSON nor protobuf", "POST", path, body,
+           headers={"Accept": "text/html"}) for op_id, path, body in _POSTS),
+    *(Case(op_id, 413, "Body above NETGRAD_MAX_BODY_BYTES (here 256)", "POST", path, body,
+           max_body_bytes=256) for op_id, path, body in _POSTS),
     Case("listOperators", 200, f"First {OPERATORS_KEPT} operators", "GET", "/v1/operators"),
     Case("health", 200, "One execution worker", "GET", "/healthz"),
 )
@@ -111,21 +128,28 @@ def answer(case: Case, client: Any) -> Any:
     return doc
 
 
+def app_for(case: Case) -> Any:
+    """A fresh app configured as ``case`` needs."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(workers=case.workers)
+    if case.max_body_bytes is not None:
+        settings = settings.model_copy(update={"max_body_bytes": case.max_body_bytes})
+    return create_app(settings)
+
+
 def record() -> dict[str, Any]:
     """Run every case; ``operationId -> status -> name -> {"request", "response"}``."""
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
-    from app.settings import Settings
-
     out: dict[str, Any] = {}
-    clients: dict[int, Any] = {}
+    clients: dict[tuple[int, int | None], Any] = {}
     try:
         for case in CASES:
-            if case.workers not in clients:
-                c = TestClient(create_app(Settings(workers=case.workers)))
-                clients[case.workers] = c.__enter__()
-            doc = answer(case, clients[case.workers])
+            if case.app_key not in clients:
+                clients[case.app_key] = TestClient(app_for(case)).__enter__()
+            doc = answer(case, clients[case.app_key])
             entry = {"request": case.body if case.raw is None else case.raw, "response": doc}
             out.setdefault(case.op_id, {}).setdefault(str(case.status), {})[case.name] = entry
     finally:

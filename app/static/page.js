@@ -38,7 +38,7 @@ function showError(err) {
     box.append(el('h2', {}, `${p.title} (${p.status})`), el('p', { id: 'error-detail' }, p.detail));
     const ul = el('ul');
     for (const e of p.errors) {
-      const where = e.path ? `${e.path}: ` : '';
+      const where = e.path && !e.message.startsWith(e.path) ? `${e.path}: ` : '';
       ul.append(el('li', {}, where + e.message));
     }
     box.append(ul);

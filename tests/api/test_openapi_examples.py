@@ -11,21 +11,28 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api.openapi_doc import OPERATION_IDS, escape_markdown, recorded_examples
-from app.api.record_examples import CASES, answer
+from app.api.record_examples import CASES, answer, app_for
 from app.main import create_app
 from app.settings import Settings
 
 
 @pytest.fixture(scope="module")
-def clients() -> Iterator[dict[int, TestClient]]:
-    with TestClient(create_app(Settings(workers=1)), raise_server_exceptions=False) as one, \
-            TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as none:
-        yield {1: one, 0: none}
+def clients() -> Iterator[dict[Any, TestClient]]:
+    opened: dict[Any, TestClient] = {}
+    try:
+        for case in CASES:
+            if case.app_key not in opened:
+                opened[case.app_key] = TestClient(
+                    app_for(case), raise_server_exceptions=False).__enter__()
+        yield opened
+    finally:
+        for c in opened.values():
+            c.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
-def spec(clients: dict[int, TestClient]) -> dict[str, Any]:
-    doc: dict[str, Any] = clients[1].get("/openapi.json").json()
+def spec(clients: dict[Any, TestClient]) -> dict[str, Any]:
+    doc: dict[str, Any] = clients[(1, None)].get("/openapi.json").json()
     return doc
 
 
@@ -47,15 +54,15 @@ def _same(a: Any, b: Any, where: str = "") -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.op_id}-{c.status}-{c.name}" for c in CASES])
-def test_recorded_example_is_still_the_answer(clients: dict[int, TestClient], case: Any) -> None:
+def test_recorded_example_is_still_the_answer(clients: dict[Any, TestClient], case: Any) -> None:
     recorded = recorded_examples()[case.op_id][str(case.status)][case.name]
-    live = answer(case, clients[case.workers])
+    live = answer(case, clients[case.app_key])
     _same(live, recorded["response"], case.op_id)
 
 
-def test_operator_example_entries_are_in_the_live_list(clients: dict[int, TestClient]) -> None:
+def test_operator_example_entries_are_in_the_live_list(clients: dict[Any, TestClient]) -> None:
     (ex,) = recorded_examples()["listOperators"]["200"].values()
-    live = clients[1].get("/v1/operators").json()["operators"]
+    live = clients[(1, None)].get("/v1/operators").json()["operators"]
     assert ex["response"]["operators"] and all(o in live for o in ex["response"]["operators"])
 
 
@@ -136,8 +143,8 @@ def test_every_property_in_the_document_is_described(spec: dict[str, Any]) -> No
     assert missing == []
 
 
-def test_redoc_page_and_script_are_local(clients: dict[int, TestClient]) -> None:
-    c = clients[1]
+def test_redoc_page_and_script_are_local(clients: dict[Any, TestClient]) -> None:
+    c = clients[(1, None)]
     page = c.get("/redoc")
     assert page.status_code == 200
     assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
@@ -146,3 +153,20 @@ def test_redoc_page_and_script_are_local(clients: dict[int, TestClient]) -> None
         r = c.get(asset)
         assert r.status_code == 200, asset
         assert "cdn.redoc.ly" not in r.text and "fonts.googleapis" not in r.text
+
+
+def test_500_example_is_what_the_last_resort_handler_writes(spec: dict[str, Any]) -> None:
+    app = create_app(Settings(workers=0))
+
+    @app.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.get("/boom")
+    assert r.status_code == 500
+    for ops in spec["paths"].values():
+        for op in ops.values():
+            content = op["responses"]["500"]["content"]["application/problem+json"]
+            (shown,) = content["examples"].values()
+            assert shown["value"] == r.json()
