@@ -536,7 +536,10 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                               'it writes is fed to `net` as an '
                                                               'input (a blob also given in '
                                                               '`inputs` takes the value from '
-                                                              '`inputs`).'}},
+                                                              '`inputs`). Its float blobs are '
+                                                              'then checked like other fed '
+                                                              'inputs: name a sample in `check` '
+                                                              'for a large model.'}},
                    'required': ['net', 'ys'],
                    'additionalProperties': False},
  'VerifyResponse': {'type': 'object',

@@ -126,11 +126,19 @@ def test_squeezenet_generate_draw_verify(browser: Any, server: str, tmp_path: Pa
     context.close()
 
 
-def test_errors_show_in_words(browser: Any, server: str, tmp_path: Path) -> None:
+def test_upload_and_errors_in_words(browser: Any, server: str, tmp_path: Path) -> None:
     context, page, outside = _offline_page(browser, server)
     page.goto(server + "/")
     page.wait_for_selector("body[data-ready=true]")
-    page.select_option("#example", "mlp")
+    from api_schemas import caffe2_pb2
+    from app.api import docs
+    from core.proto import codec
+
+    upload = tmp_path / "mlp_predict_net.pb"
+    upload.write_bytes(codec.to_binary(codec.from_json_obj(docs.MLP_NET, caffe2_pb2.NetDef)))
+    page.set_input_files("#file", str(upload))  # a binary .pb, parsed by the server
+    page.wait_for_selector("#net-summary:text('mlp: 3 ops')")
+    assert page.locator("#ys option:checked").all_inner_texts() == ["prob"]
     page.click("#input details summary")
     page.fill("#inputs", "[]")
     page.click("#verify")
