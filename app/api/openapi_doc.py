@@ -3,7 +3,7 @@
 :func:`finish` runs once on the document FastAPI builds from the routes:
 
 * **operationIds** are stable and readable (:data:`OPERATION_IDS`), whatever the Python
-  function names;
+  function names; a route added without an entry gets its function name in lowerCamelCase;
 * **every status code** an operation can answer is documented, 500 and 503 (with
   ``Retry-After``) included, each with its problem document;
 * **response examples are real answers**, recorded from the service by
@@ -53,7 +53,7 @@ _EXTRA_STATUS = {
     503: "No execution worker is available (NETGRAD_WORKERS=0, every worker busy past the "
          "queue timeout, or the service is overloaded): retry after `Retry-After` seconds.",
 }
-_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying (503 only).",
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying, when known.",
                                 "schema": {"type": "integer"}}}
 
 
@@ -140,12 +140,22 @@ def _finish_operation(op: dict[str, Any], op_id: str) -> None:
                 }
 
 
+def camel_operation_id(op: dict[str, Any], path: str, method: str) -> str:
+    """A readable id for a route not in :data:`OPERATION_IDS`: FastAPI's generated one
+    (function name + path + method, ``create_job_v1_jobs_post``) cut to the function name, in
+    lowerCamelCase (``createJob``); stable while the function keeps its name."""
+    generated = str(op.get("operationId", ""))
+    suffix = re.sub(r"\W", "_", path) + "_" + method
+    name = generated[: -len(suffix)] if generated.endswith(suffix) else generated
+    head, *rest = [w for w in name.split("_") if w] or ["operation"]
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
 def finish(schema: dict[str, Any]) -> dict[str, Any]:
     """Apply the finishing pass (see the module docstring) to ``schema`` in place."""
     for path, item in schema.get("paths", {}).items():
         for method, op in item.items():
-            op_id = OPERATION_IDS.get((path, method))
-            if op_id is not None:
-                _finish_operation(op, op_id)
+            op_id = OPERATION_IDS.get((path, method)) or camel_operation_id(op, path, method)
+            _finish_operation(op, op_id)
     _escape_all(schema)
     return schema

@@ -165,3 +165,23 @@ def test_redoc_renders_offline(browser: Any, server: str, tmp_path: Path) -> Non
     assert "urn:netgrad:problem:<code>" in expanded
     assert not outside, outside
     context.close()
+
+
+def test_swagger_offers_json_only_and_renders_offline(browser: Any, server: str,
+                                                      tmp_path: Path) -> None:
+    context, page, outside = _offline_page(browser, server)
+    page.goto(server + "/docs")
+    op = page.locator("#operations-gradients-gradientsNet")
+    op.wait_for(timeout=60_000)
+    op.locator(".opblock-summary").click()
+    page.locator("#operations-gradients-gradientsNet button.try-out__btn").click()
+    media = page.locator("#operations-gradients-gradientsNet .body-param-content-type select")
+    assert media.locator("option").all_inner_texts() == ["application/json"]
+    page.locator("#operations-gradients-gradientsNet button.execute").click()
+    page.locator("#operations-gradients-gradientsNet .live-responses-table").wait_for()
+    page.wait_for_timeout(300)
+    text = page.locator("#operations-gradients-gradientsNet .live-responses-table").inner_text()
+    page.screenshot(path=str(tmp_path / "swagger.png"), full_page=False)
+    assert "200" in text and "fc_w_grad" in text
+    assert not outside, outside
+    context.close()
