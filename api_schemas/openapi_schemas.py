@@ -180,7 +180,15 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                                     'values that a later in-place '
                                                                     'write overwrote, instead of '
                                                                     'failing with a version error '
-                                                                    '(opt-in; Caffe2 raises).'}},
+                                                                    '(opt-in; Caffe2 raises).'},
+                                       'densify': {'anyOf': [{'type': 'boolean'},
+                                                             {'type': 'null'}],
+                                                   'description': 'Turn every sparse gradient '
+                                                                  '(GradientSlice) of a blob the '
+                                                                  'net does not write into a '
+                                                                  'dense blob `<blob>_grad_dense` '
+                                                                  'with SparseToDense, appended '
+                                                                  'to the gradient ops.'}},
                         'required': ['net', 'ys'],
                         'additionalProperties': False},
  'NetGradientResponse': {'type': 'object',

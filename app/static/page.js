@@ -140,11 +140,13 @@ async function draw(net, frameId, countId) {
 }
 
 async function generate() {
+  const densify = $('densify').checked;
   if (!state.net) { showError({ message: 'choose an example, upload or paste a net first' }); return; }
   clearError();
   setStatus('generating...');
   try {
-    const res = await call('POST', '/v1/gradients/net', { ...request(), return_net: true });
+    const res = await call('POST', '/v1/gradients/net',
+      { ...request(), return_net: true, densify });
     $('results').hidden = false;
     $('drawings').hidden = false;
     $('no-netron').hidden = state.netron;

@@ -56,6 +56,10 @@ def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
     req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth)
     ys = wire.ys_value(req.ys)
     res = api.gradient_for_net(req.net, ys, req.skip, req.return_net, ctx.limits, req.recompute)
+    if req.densify:
+        from core.ir.densify import densify
+
+        res = densify(req.net, res)
 
     def answer() -> Response:
         diagnostics, report = list(res.diagnostics), None

@@ -122,9 +122,13 @@ def op_request(op: OpLike, g_output: Sequence[GradientLike]) -> netgrad_pb2.OpGr
 
 
 def net_request(net: NetLike, ys: YsLike, *, skip: int = 0, return_net: bool = False,
-                recompute: bool = False, verify: Any = None) -> netgrad_pb2.NetGradientRequest:
-    """``NetGradientRequest``; ``verify`` (a ``VerifyOptions`` or its JSON dict) also checks it."""
+                recompute: bool = False, verify: Any = None,
+                densify: bool = False) -> netgrad_pb2.NetGradientRequest:
+    """``NetGradientRequest``; ``verify`` (a ``VerifyOptions`` or its JSON dict) also checks it;
+    ``densify`` returns sparse gradients as dense blobs."""
     req = netgrad_pb2.NetGradientRequest(net=as_message(net, caffe2_pb2.NetDef))
+    if densify:
+        req.densify = True
     _add_ys(req.ys, ys)
     if skip:
         req.skip = skip

@@ -193,20 +193,22 @@ class VerifyReport(_message.Message):
     def __init__(self, passed: _Optional[bool] = ..., mode: _Optional[str] = ..., blobs: _Optional[_Iterable[_Union[BlobReport, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., step: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
 
 class NetGradientRequest(_message.Message):
-    __slots__ = ("net", "ys", "skip", "return_net", "verify", "recompute")
+    __slots__ = ("net", "ys", "skip", "return_net", "verify", "recompute", "densify")
     NET_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
     RETURN_NET_FIELD_NUMBER: _ClassVar[int]
     VERIFY_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    DENSIFY_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     skip: int
     return_net: bool
     verify: VerifyOptions
     recompute: bool
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., return_net: _Optional[bool] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., recompute: _Optional[bool] = ...) -> None: ...
+    densify: bool
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., return_net: _Optional[bool] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., recompute: _Optional[bool] = ..., densify: _Optional[bool] = ...) -> None: ...
 
 class NetGradientResponse(_message.Message):
     __slots__ = ("grad_ops", "grad_map", "diagnostics", "net", "verify_report")
