@@ -225,7 +225,7 @@ class NetGradientResponse(_message.Message):
     def __init__(self, grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., verify_report: _Optional[_Union[VerifyReport, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("net", "ys", "skip", "verify", "grad_ops", "recompute", "densify")
+    __slots__ = ("net", "ys", "skip", "verify", "grad_ops", "recompute", "densify", "init_net")
     NET_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +233,7 @@ class VerifyRequest(_message.Message):
     GRAD_OPS_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     DENSIFY_FIELD_NUMBER: _ClassVar[int]
+    INIT_NET_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     skip: int
@@ -240,7 +241,8 @@ class VerifyRequest(_message.Message):
     grad_ops: _containers.RepeatedCompositeFieldContainer[_caffe2_pb2.OperatorDef]
     recompute: bool
     densify: bool
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., recompute: _Optional[bool] = ..., densify: _Optional[bool] = ...) -> None: ...
+    init_net: _caffe2_pb2.NetDef
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., recompute: _Optional[bool] = ..., densify: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
     __slots__ = ("report", "grad_ops", "grad_map", "diagnostics")
@@ -255,20 +257,22 @@ class VerifyResponse(_message.Message):
     def __init__(self, report: _Optional[_Union[VerifyReport, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("net", "inputs", "fetch", "ys", "skip", "recompute")
+    __slots__ = ("net", "inputs", "fetch", "ys", "skip", "recompute", "init_net")
     NET_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    INIT_NET_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     inputs: _containers.RepeatedCompositeFieldContainer[InputSpec]
     fetch: _containers.RepeatedScalarFieldContainer[str]
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     skip: int
     recompute: bool
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., fetch: _Optional[_Iterable[str]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., recompute: _Optional[bool] = ...) -> None: ...
+    init_net: _caffe2_pb2.NetDef
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., fetch: _Optional[_Iterable[str]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., recompute: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
 
 class BlobValue(_message.Message):
     __slots__ = ("blob", "tensor")

@@ -281,7 +281,8 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
              'description': 'An error answer (RFC 9457 application/problem+json) naming every '
                             'problem at once.',
              'properties': {'type': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
-                                     'description': 'urn:netgrad:problem:<code>.'},
+                                     'description': '`urn:netgrad:problem:<code>`, e.g. '
+                                                    '`urn:netgrad:problem:decode_error`.'},
                             'title': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                       'description': 'Reason phrase of the status.'},
                             'status': {'anyOf': [{'type': 'integer', 'format': 'int32'},
@@ -372,7 +373,14 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                         'description': 'With ys: ignore the first `skip` ops '
                                                        '(they still run).'},
                                'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
-                                             'description': 'With ys: as for /v1/gradients/net.'}},
+                                             'description': 'With ys: as for /v1/gradients/net.'},
+                               'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
+                                                      {'type': 'null'}],
+                                            'description': 'Weights from a Caffe2 init_net, as '
+                                                           'for /v1/verify: run first, its blobs '
+                                                           'fed to `net` (a blob also given in '
+                                                           '`inputs` takes the value from '
+                                                           '`inputs`).'}},
                 'required': ['net', 'fetch'],
                 'additionalProperties': False},
  'RunResponse': {'type': 'object',
@@ -537,7 +545,20 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                   'densify': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                               'description': 'As for /v1/gradients/net: densify '
                                                              'where sparse and dense gradients of '
-                                                             'a blob meet.'}},
+                                                             'a blob meet.'},
+                                  'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
+                                                         {'type': 'null'}],
+                                               'description': 'Weights from a Caffe2 init_net '
+                                                              '(fill ops such as GivenTensorFill, '
+                                                              'XavierFill, ConstantFill): run '
+                                                              'first, in a worker, and every blob '
+                                                              'it writes is fed to `net` as an '
+                                                              'input (a blob also given in '
+                                                              '`inputs` takes the value from '
+                                                              '`inputs`). Its float blobs are '
+                                                              'then checked like other fed '
+                                                              'inputs: name a sample in `check` '
+                                                              'for a large model.'}},
                    'required': ['net', 'ys'],
                    'additionalProperties': False},
  'VerifyResponse': {'type': 'object',

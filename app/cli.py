@@ -5,6 +5,11 @@ Usage::
     netgrad serve [--host 127.0.0.1] [--port 8000]
     netgrad grad FILE [--ys BLOB ...] [--skip N] [--format pbtxt|json] [--url URL] [--recompute]
                  [--densify]
+    netgrad verify FILE [--ys BLOB ...] [--init-net F] [--inputs F] [--random B:D1,D2 ...]
+                   [--mode fast|full] [--check BLOB ...] [--url URL]
+    netgrad run FILE --fetch BLOB ... [--ys BLOB ...] [--init-net F] [--inputs F] [--url URL]
+    netgrad ops [--status STATUS] [--format text|json] [--url URL]
+    netgrad --version
 
 ``grad`` reads ``.pb`` (binary), ``.pbtxt``/``.txt`` (text format) or ``.json`` NetDefs and
 generates locally with :mod:`core`, or asks a running server when ``--url`` is given (binary
@@ -185,7 +190,7 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         print(f"netgrad: cannot read {ns.file}: {exc}", file=sys.stderr)
         return 2
     except NetgradError as exc:
-        _print_problem(exc.code, exc.message, [_problem_dict(p) for p in exc.problems])
+        _print_local_problem(exc, "/v1/gradients/net")
         return 1
     except RemoteError as exc:
         doc = _problem_document(exc.body)
@@ -203,6 +208,14 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _print_local_problem(exc: NetgradError, route: str) -> None:
+    """A local engine error, with the same hints the server adds to its answer."""
+    from app.api.hints import with_hints
+
+    _print_problem(exc.code, exc.message,
+                   [_problem_dict(p) for p in with_hints(route, exc.problems)])
+
+
 def _problem_dict(p: Diagnostic) -> dict[str, Any]:
     return {"code": p.code, "path": p.path, "message": p.message}
 
@@ -216,6 +229,16 @@ def _problem_document(body: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and "errors" in doc else None
 
 
+#: What to type, for problems the command line can fix.
+CLI_HINTS = {
+    "missing_input": "on the command line, give inputs with --random BLOB:D1,D2 (a random "
+                     "tensor), --inputs FILE (a JSON list) or --init-net FILE (the model's "
+                     "init_net)",
+    "gradient_not_defined": "for a partial gradient, pass --ys with outputs that do not "
+                            "depend on that op, or --skip N to leave out the first N ops",
+}
+
+
 def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
     """The same error report for local and remote failures: headline, then one line each."""
     print(f"netgrad: {code}: {message}", file=sys.stderr)
@@ -224,11 +247,93 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
             continue
         where = f" at {p['path']}" if p.get("path") else ""
         print(f"  - {p.get('code')}{where}: {p.get('message')}", file=sys.stderr)
+    codes = {p.get("code") for p in errors if isinstance(p, dict)}
+    for code, hint in CLI_HINTS.items():
+        if code in codes:
+            print(f"netgrad: {hint}", file=sys.stderr)
+
+
+def _load_init_net(path: str | None) -> caffe2_pb2.NetDef | None:
+    return load_net(Path(path)) if path else None
+
+
+def _guarded(ns: argparse.Namespace, route: str, work: Any) -> int:
+    """Run ``work()``; print any error once (with the server's hints) and return 1 or 2."""
+    from app.cli_commands import CliError
+
+    try:
+        return int(work())
+    except OSError as exc:
+        print(f"netgrad: cannot read {exc.filename or ns.file}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    except NetgradError as exc:
+        _print_local_problem(exc, route)
+        return 1
+    except CliError as exc:
+        _print_problem(exc.code, exc.message, exc.errors)
+        return 1
+
+
+def _cmd_verify(ns: argparse.Namespace) -> int:
+    from app import cli_commands as cc
+
+    def work() -> int:
+        net = load_net(Path(ns.file))
+        ys = list(ns.ys) if ns.ys else default_ys(net)
+        req = cc.verify_request(ns, net, ys, _load_init_net(ns.init_net))
+        if ns.url:
+            res = cc.remote(ns.url, "/v1/verify", req, netgrad_pb2.VerifyResponse)
+        else:
+            res = cc.verify_local(req)
+        cc.print_diagnostics([d for d in res.diagnostics if d.code != "verify_passed"])
+        sys.stdout.write(cc.format_report(res, ns.format) + "\n")
+        return 0 if res.report.passed else 1
+
+    return _guarded(ns, "/v1/verify", work)
+
+
+def _cmd_run(ns: argparse.Namespace) -> int:
+    from app import cli_commands as cc
+
+    def work() -> int:
+        req = cc.run_request(ns, load_net(Path(ns.file)), _load_init_net(ns.init_net))
+        if ns.url:
+            res = cc.remote(ns.url, "/v1/run", req, netgrad_pb2.RunResponse)
+        else:
+            res = cc.run_local(req)
+        cc.print_diagnostics(res.diagnostics)
+        sys.stdout.write(cc.format_outputs(res) + "\n")
+        return 0
+
+    return _guarded(ns, "/v1/run", work)
+
+
+def _cmd_ops(ns: argparse.Namespace) -> int:
+    from app import cli_commands as cc
+
+    def work() -> int:
+        if ns.url:
+            params = {"status": ns.status} if ns.status else None
+            entries = cc.remote_get(ns.url, "/v1/operators", params)["operators"]
+        else:
+            entries = cc.operators_local()
+        if ns.status:  # also when a server does not filter
+            entries = [e for e in entries if e["gradient"] == ns.status]
+        sys.stdout.write(cc.format_operators(entries, ns.format) + "\n")
+        return 0
+
+    ns.file = "-"
+    return _guarded(ns, "/v1/operators", work)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``netgrad`` command."""
+    from app import __version__
+    from app.cli_commands import add_parsers
+
     parser = argparse.ArgumentParser(prog="netgrad", description="Caffe2 gradient nets")
+    parser.add_argument("--version", action="version", version=f"netgrad {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
@@ -236,22 +341,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_cmd_serve)
     grad = sub.add_parser("grad", help="print the gradient ops of a NetDef file")
     grad.add_argument("file", help="NetDef as .pb, .pbtxt or .json")
-    grad.add_argument("--ys", nargs="+", metavar="BLOB", help="blobs to differentiate")
-    grad.add_argument("--skip", type=int, default=0, help="ignore the first N ops")
-    grad.add_argument("--format", choices=("pbtxt", "json"), default="pbtxt")
+    grad.add_argument("--ys", nargs="+", metavar="BLOB",
+                      help="blobs to differentiate (default: the net's external_output, else "
+                           "the first output of its last op)")
+    grad.add_argument("--skip", type=int, default=0, help="ignore the first N ops (default: 0)")
+    grad.add_argument("--format", choices=("pbtxt", "json"), default="pbtxt",
+                      help="gradient ops as NetDef text format or JSON (default: pbtxt)")
     grad.add_argument(
         "--recompute",
         action="store_true",
-        help="re-run producers of values overwritten in place instead of failing",
+        help="re-run producers of values overwritten in place instead of failing (default: off)",
     )
     grad.add_argument(
         "--densify",
         action="store_true",
         help="sum sparse and dense gradients of one blob densely (SparseToDense) instead of "
-        "failing as Caffe2 does",
+        "failing as Caffe2 does (default: off)",
     )
-    grad.add_argument("--url", help="ask this server instead of generating locally")
+    grad.add_argument("--url", help="ask this server instead of generating locally "
+                                    "(default: local)")
     grad.set_defaults(func=_cmd_grad)
+    add_parsers(sub, _cmd_verify, _cmd_run, _cmd_ops)
     return parser
 
 

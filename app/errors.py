@@ -144,8 +144,12 @@ def install_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
     async def on_netgrad(request: Request, exc: Exception) -> Response:
+        from app.api.hints import detail_with_hints, with_hints
+
         exc = cast(NetgradError, exc)
-        return problem_response(status_for(exc), exc.code, exc.message, exc.problems,
+        problems = with_hints(request.url.path, exc.problems)  # the fix, where known
+        detail = detail_with_hints(exc.message, problems, exc.problems)
+        return problem_response(status_for(exc), exc.code, detail, problems,
                                 close=_closing(request))
 
     async def on_problem(request: Request, exc: Exception) -> Response:
@@ -163,10 +167,18 @@ def install_handlers(app: FastAPI) -> None:
         detail = "; ".join(p.message for p in problems) or "invalid request"
         return problem_response(422, "invalid_request", detail, problems)
 
-    async def on_http(_: Request, exc: Exception) -> Response:
+    async def on_http(request: Request, exc: Exception) -> Response:
+        from app.api.hints import not_found_hint
+
         exc = cast(StarletteHTTPException, exc)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        response = problem_response(exc.status_code, code, str(exc.detail), [])
+        detail = str(exc.detail)
+        if exc.status_code in (404, 405):
+            paths = request.app.openapi().get("paths", {})  # built once, then cached
+            routes = [(p, {m.upper() for m in ops}) for p, ops in paths.items()]
+            hint = not_found_hint(request.url.path, request.method, routes)
+            detail = f"{detail}: {hint}" if hint else detail
+        response = problem_response(exc.status_code, code, detail, [])
         response.headers.update(exc.headers or {})  # e.g. Allow on a 405
         return response
 

@@ -16,8 +16,8 @@ from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
-from app.api import docs
-from app.api.routes import gradients, health, operators, run, verify
+from app.api import docs, openapi_doc
+from app.api.routes import gradients, health, operators, run, ui, verify
 from app.errors import install_handlers
 from app.settings import Settings, get_settings
 from core.ops import load_all
@@ -31,6 +31,8 @@ service, control flow (`Do`, `If`, `While`) included, plus numeric verification 
 
 **Bodies.** JSON (`application/json`) or binary protobuf (`application/protobuf`,
 `application/x-protobuf`), chosen by `Content-Type`; answers follow `Accept` (JSON by default).
+A `.pbtxt` body (the request message in protobuf text format) is accepted as
+`text/x-protobuf`. The page at `/` draws a net and its gradient (Netron) and verifies it.
 `api_schemas/netgrad.proto` defines both: binary bodies are its `netgrad.v1` messages, JSON
 bodies their JSON form (stated at the top of that file), and the schemas below are generated
 from it, each field described by its comment there. netgrad fields are typed strictly
@@ -102,6 +104,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     )
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
     comps.update(docs.component_schemas())
+    openapi_doc.finish(schema)  # operationIds, every status, recorded examples, no binary
     app.openapi_schema = dict(schema)
     return app.openapi_schema
 
@@ -136,15 +139,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        redoc_url=None,  # served by app.api.routes.ui: no CDN logo
+        swagger_ui_parameters={"validatorUrl": None},  # no call to the online validator
     )
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
+    app.router.redirect_slashes = False  # a trailing slash is a 404 that names the route
     install_handlers(app)
     app.include_router(gradients.router)
     app.include_router(verify.router)
     app.include_router(run.router)
     app.include_router(operators.router)
     app.include_router(health.router)
+    app.include_router(ui.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -30,10 +30,13 @@ class Media(StrEnum):
 
     JSON = "application/json"
     PROTOBUF = "application/protobuf"
+    TEXT = "text/x-protobuf"
 
 
 PROTOBUF_TYPES = ("application/protobuf", "application/x-protobuf")
 JSON_TYPES = ("application/json",)
+#: Requests only: the request message in protobuf text format (a ``.pbtxt`` body).
+TEXT_TYPES = ("text/x-protobuf", "text/x-pbtxt")
 
 
 @dataclass(frozen=True)
@@ -87,11 +90,15 @@ def request_media(content_type: str | None) -> Media:
         return Media.JSON
     if mt in PROTOBUF_TYPES:
         return Media.PROTOBUF
+    if mt in TEXT_TYPES:
+        return Media.TEXT
     raise ProblemError(
         415,
         "unsupported_media_type",
-        f"Content-Type {content_type or '(none)'!r} is not supported; send application/json, "
-        "application/protobuf or application/x-protobuf",
+        f"Content-Type {content_type or '(none)'!r} is not supported; send application/json "
+        "(a JSON body), application/protobuf or application/x-protobuf (binary), or "
+        "text/x-protobuf (a .pbtxt body: the request message in text format), e.g. "
+        "curl -H 'Content-Type: application/json' --data @request.json",
     )
 
 
@@ -164,7 +171,8 @@ async def read_body(
         if size > limit:
             request.state.close_connection = True
             raise _too_large(limit, f"Content-Length {size}")
-    decoder = codecs.getincrementaldecoder("utf-8")() if media is Media.JSON else None
+    text_body = media is Media.JSON or media is Media.TEXT
+    decoder = codecs.getincrementaldecoder("utf-8")() if text_body else None
     chunks: list[bytes] = []
     texts: list[str] = []
     total = 0

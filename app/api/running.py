@@ -13,6 +13,7 @@ from app.api import wire
 from app.errors import ProblemError
 from core.executor.jobs import RunResult, run_net
 from core.ir.env import GenLimits
+from core.verify.init_net import prepare_inputs
 
 
 def run_in_pool(
@@ -25,7 +26,8 @@ def run_in_pool(
         InvalidRequestError, GradientError, ExecutionError, LimitExceededError: from the engine
             (a fetch name the run did not produce is ``ExecutionError`` ``fetch_not_produced``,
             more than ``max_fetch_elements`` returned elements ``LimitExceededError``
-            ``fetch_too_large``).
+            ``fetch_too_large``; ``missing_input`` for every blob the net reads that neither
+            ``inputs`` nor ``init_net`` gives).
     """
     if pool is None:
         raise ProblemError(
@@ -34,9 +36,13 @@ def run_in_pool(
             "running nets happens in worker processes; start the service with "
             "NETGRAD_WORKERS >= 1",
         )
+    inputs = prepare_inputs(
+        req.net, wire.input_specs(req.inputs),
+        req.init_net if req.HasField("init_net") else None, pool,
+    )
     return run_net(
         req.net,
-        wire.input_specs(req.inputs),
+        inputs,
         list(req.fetch),
         ys=wire.ys_value(req.ys) if len(req.ys) else None,
         skip=req.skip,

@@ -15,6 +15,7 @@ from app.api.wire import Ys, report_pb
 from app.errors import ProblemError
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, verify_net
+from core.verify.init_net import prepare_inputs
 
 
 @dataclass
@@ -44,6 +45,7 @@ def run_verification(
     pool: Any,
     known: Sequence[Diagnostic] = (),
     densify: bool = False,
+    init_net: caffe2_pb2.NetDef | None = None,
 ) -> Checked:
     """Check the gradient of ``net`` numerically in a worker process.
 
@@ -54,10 +56,12 @@ def run_verification(
         pool: the worker pool of the app, or ``None``.
         known: diagnostics the caller already reports (left out of the report's own list).
         densify: generate with ``densify`` (sparse and dense gradients of a blob summed).
+        init_net: run first; the blobs it writes are fed (explicit inputs win).
 
     Raises:
         ProblemError: 503 when no worker pool runs.
-        InvalidRequestError, GradientError, ExecutionError, LimitExceededError: from the engine.
+        InvalidRequestError, GradientError, ExecutionError, LimitExceededError: from the engine
+            (``missing_input`` for every blob the net reads that nothing gives).
     """
     if pool is None:
         raise ProblemError(
@@ -66,6 +70,7 @@ def run_verification(
             "numeric verification runs in worker processes; start the service with "
             "NETGRAD_WORKERS >= 1",
         )
+    options.inputs = prepare_inputs(net, options.inputs, init_net, pool)
     res = verify_net(
         net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute,
         densify=densify,

@@ -49,9 +49,12 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     """
     if body.media is Media.JSON:
         return _decode_json(body, cls, max_depth)
+    if body.media is Media.TEXT:
+        return _decode_text(body, cls, max_depth)
     try:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
+        _refuse_bare_message(body.data, cls, exc)
         if "MaxDepth" in exc.message:  # deeper than upb follows: say where, if cheap to find
             is_op = cls is netgrad_pb2.OpGradientRequest
             for sub in limits.wire_submessages(body.data, 1, limit=_PATH_FIELDS):
@@ -64,8 +67,48 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
                 value = getattr(decoded.msg, f.name)
                 for net in value if f.is_repeated else [value]:
                     limits.check_depth(net, max_depth)
-    _check_required(decoded.msg, "")
+    try:
+        _check_required(decoded.msg, "")
+    except DecodeError as exc:
+        _refuse_bare_message(body.data, cls, exc)
+        raise
     return decoded.msg
+
+
+def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 naming the wrapper when a binary body is a bare NetDef / OperatorDef.
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
+    """
+    from app.api.hints import bare_net_hint
+
+    is_op = cls is netgrad_pb2.OpGradientRequest
+    op, net = caffe2_pb2.OperatorDef(), caffe2_pb2.NetDef()
+    try:
+        (op if is_op else net).ParseFromString(data)
+    except message.DecodeError:
+        return
+    if not (op.type if is_op else len(net.op)):
+        return
+    route = {netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
+             netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
+             netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run"}
+    hint = bare_net_hint(route.get(cls, ""))
+    code = "bare_operatordef" if is_op else "bare_netdef"
+    raise DecodeError.at(f"{exc.message}; {hint}", code=code) from exc
+
+
+def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
+    """A ``text/x-protobuf`` body: the request message in protobuf text format."""
+    msg = codec.from_text(body.text or "", cls)
+    for f in cls.DESCRIPTOR.fields:
+        if f.message_type in _NET_TYPES:
+            value = getattr(msg, f.name)
+            for net in value if f.is_repeated else [value]:
+                limits.check_depth(net, max_depth)
+    _check_required(msg, "")
+    return msg
 
 
 def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
@@ -73,7 +116,11 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DecodeError.at(f"body is not valid JSON: {exc}", code="invalid_json") from exc
+        from app.api.hints import PBTXT_HINT
+
+        head = text.lstrip()[:64]
+        hint = f"; {PBTXT_HINT}" if head[:1].isalpha() and ("{" in head or ":" in head) else ""
+        raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
     except RecursionError as exc:
         raise LimitExceededError.at(
             "JSON body is nested too deeply to parse", code="nesting_too_deep"

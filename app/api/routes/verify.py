@@ -32,6 +32,7 @@ def _verify(body: Body, ctx: Context) -> Response:
     c = run_verification(
         req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
         list(req.grad_ops) or None, req.recompute, ctx.pool, densify=req.densify,
+        init_net=req.init_net if req.HasField("init_net") else None,
     )
     return wire.respond(body, netgrad_pb2.VerifyResponse(
         report=c.report,

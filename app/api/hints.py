@@ -1,0 +1,178 @@
+"""Say what to do: a hint appended to the problems of common client mistakes.
+
+Each rule looks at one problem (its code, path and message) and the request's route, and
+appends the fix in words: the wrapper message a bare NetDef needs, the field a misspelt one
+should be, the shape of ``inputs``, ``ys``, how to get a
+partial gradient past an op without one, the route without its trailing slash. Problems are
+never dropped or reordered; only their messages grow. ``tests/api/test_common_mistakes.py``
+asserts the hint of each of the ten common mistakes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from core.types import Diagnostic
+
+#: The request message of each POST route.
+ROUTE_MESSAGES: dict[str, Any] = {
+    "/v1/gradients/op": netgrad_pb2.OpGradientRequest.DESCRIPTOR,
+    "/v1/gradients/net": netgrad_pb2.NetGradientRequest.DESCRIPTOR,
+    "/v1/verify": netgrad_pb2.VerifyRequest.DESCRIPTOR,
+    "/v1/run": netgrad_pb2.RunRequest.DESCRIPTOR,
+}
+
+_NET_FIELDS = {f.name for f in caffe2_pb2.NetDef.DESCRIPTOR.fields}
+_OP_FIELDS = {f.name for f in caffe2_pb2.OperatorDef.DESCRIPTOR.fields}
+
+BARE_NET = (
+    "the body looks like a bare caffe2.NetDef; send the request message {kind} that wraps it: "
+    "{{\"net\": <your NetDef>, \"ys\": [\"<output blob>\"]{extra}}} (in binary: a "
+    "netgrad.v1.{kind} whose field `net` holds the NetDef)"
+)
+BARE_OP = (
+    "the body looks like a bare caffe2.OperatorDef; send the request message OpGradientRequest "
+    "that wraps it: {\"op\": <your OperatorDef>, \"g_output\": [\"<output>_grad\", ...]} "
+    "(one gradient entry, or null, per output of the op)"
+)
+YS_HINT = (
+    "name the outputs to differentiate in `ys`, e.g. \"ys\": [\"prob\"] (all-ones seeds) or "
+    "\"ys\": {\"loss\": \"loss_grad\"} (a given seed blob); the net's external_output is the "
+    "usual choice"
+)
+INPUTS_HINT = (
+    "`inputs` is a list with one entry per fed blob: [{\"blob\": \"data\", \"tensor\": "
+    "{\"shape\": [2, 4], \"data\": [...]}}, {\"blob\": \"fc_w\", \"random\": {\"shape\": "
+    "[3, 4]}}], not an object keyed by blob"
+)
+PARTIAL_HINT = (
+    "for a partial gradient, differentiate only outputs that do not depend on this op "
+    "(`ys`), or leave the ops before the part you need out with `skip` (the first N ops)"
+)
+UNKNOWN_YS_HINT = "`ys` must name blobs that ops of the net write, e.g. its external_output"
+PBTXT_HINT = (
+    "the body looks like protobuf text format (.pbtxt); send it with Content-Type "
+    "text/x-protobuf, written as the request message (e.g. `net { op { ... } } ys { blob: "
+    "\"prob\" }`), or convert it to JSON"
+)
+
+
+def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
+    if desc.full_name in seen:
+        return
+    seen.add(desc.full_name)
+    for f in desc.fields:
+        into.add(f.name)
+        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
+            _field_names(f.message_type, into, seen)
+
+
+@cache
+def _known_fields(route: str) -> tuple[str, ...]:
+    desc = ROUTE_MESSAGES.get(route)
+    if desc is None:
+        return ()
+    names: set[str] = set()
+    _field_names(desc, names, set())
+    return tuple(sorted(names))
+
+
+def _norm(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def suggest_field(name: str, route: str) -> str | None:
+    """The field a misspelt or wrongly cased ``name`` most likely means, or ``None``."""
+    known = _known_fields(route)
+    by_norm = {_norm(k): k for k in known}
+    n = _norm(name)
+    if n in by_norm:
+        return by_norm[n]
+    if n.rstrip("s") in by_norm:
+        return by_norm[n.rstrip("s")]
+    close = difflib.get_close_matches(n, list(by_norm), n=1, cutoff=0.8)
+    return by_norm[close[0]] if close else None
+
+
+def bare_net_hint(route: str) -> str:
+    """What to send instead of a bare NetDef to ``route``."""
+    desc = ROUTE_MESSAGES.get(route)
+    if desc is None or desc.name == "OpGradientRequest":
+        return BARE_OP
+    extra = ', "inputs": [...]' if desc.name in ("VerifyRequest", "RunRequest") else ""
+    if desc.name == "RunRequest":
+        return BARE_NET.format(kind=desc.name, extra=extra).replace(
+            '"ys": ["<output blob>"]', '"fetch": ["<blob>"]')
+    return BARE_NET.format(kind=desc.name, extra=extra)
+
+
+def _append(p: Diagnostic, hint: str) -> Diagnostic:
+    if hint in p.message:
+        return p
+    return dataclasses.replace(p, message=f"{p.message}; {hint}")
+
+
+def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
+    path = p.path or ""
+    if p.code == "unknown_field" and path and "." not in path and "[" not in path:
+        bare_net = route in ROUTE_MESSAGES and route != "/v1/gradients/op"
+        if bare_net and "op" in unknown and unknown <= _NET_FIELDS:
+            return bare_net_hint(route)
+        if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
+            return BARE_OP
+        field = suggest_field(path, route)
+        return f"did you mean `{field}`?" if field else None
+    if p.code == "unknown_field":
+        field = suggest_field(path.rsplit(".", 1)[-1].split("[")[0], route)
+        return f"did you mean `{field}`?" if field else None
+    if p.code == "invalid_field" and path == "ys" and "required" in p.message:
+        return YS_HINT
+    if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
+        return INPUTS_HINT
+    # (an unknown op type's nearest names come from the engine: code unknown_operator)
+    if p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type:
+        return PARTIAL_HINT
+    if p.code == "unknown_ys_blob":
+        return UNKNOWN_YS_HINT
+    return None
+
+
+def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:
+    """``problems`` with the fix appended to each that a rule recognizes (same order)."""
+    unknown = {p.path for p in problems if p.code == "unknown_field" and p.path}
+    out = []
+    for p in problems:
+        hint = _hint(p, route, {u for u in unknown if u})
+        out.append(_append(p, hint) if hint else p)
+    return out
+
+
+def detail_with_hints(detail: str, problems: Iterable[Diagnostic], before: Iterable[Diagnostic]
+                      ) -> str:
+    """``detail`` plus the first hint added to ``problems`` (compared with ``before``)."""
+    for new, old in zip(problems, before, strict=False):
+        if new.message != old.message:
+            return f"{detail}; {new.message[len(old.message) + 2:]}"
+    return detail
+
+
+def not_found_hint(path: str, method: str, routes: Iterable[tuple[str, set[str]]]) -> str | None:
+    """For a 404/405: the route meant (trailing slash dropped) or the method it takes."""
+    table = dict(routes)
+    stripped = path.rstrip("/")
+    if stripped != path and stripped in table:
+        methods = "/".join(sorted(table[stripped]))
+        return f"no route at {path}; drop the trailing slash: {methods} {stripped}"
+    if path in table and method not in table[path]:
+        methods = "/".join(sorted(table[path]))
+        msg = ROUTE_MESSAGES.get(path)
+        what = f" with a {msg.name} body" if msg is not None else ""
+        return f"{method} {path} is not served; use {methods} {path}{what}"
+    return None

@@ -1,0 +1,1 @@
+"""The web page at ``GET /``: example nets, the drawn-net cache and the Netron viewer files."""

@@ -1,0 +1,362 @@
+"""Typed client of the netgrad service, sync (:class:`Client`) and async (:class:`AsyncClient`).
+
+Both take Caffe2 messages (``netgrad.proto.caffe2_pb2`` or any class of the same message,
+e.g. the server's ``api_schemas``) or dicts in the service's JSON form, send binary protobuf
+by default (``encoding="json"`` sends and reads JSON), and return the typed
+``netgrad.v1`` response messages (``netgrad.proto.netgrad_pb2``). A refusal raises a
+:class:`netgrad.errors.ProblemError` subclass carrying the problem's ``errors`` list; a
+connection failure raises :class:`netgrad.errors.TransportError`.
+
+Example::
+
+    from netgrad.client import Client, random_input
+
+    with Client("http://127.0.0.1:8000") as c:
+        res = c.gradients_net(net, ["prob"])
+        rep = c.verify(net, ["prob"], inputs=[random_input("data", [2, 4])]).report
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+import httpx
+from google.protobuf.message import Message
+
+from netgrad._json import from_json, to_json
+from netgrad.errors import TransportError, error_for
+from netgrad.proto import caffe2_pb2, netgrad_pb2
+
+M = TypeVar("M", bound=Message)
+Encoding = Literal["protobuf", "json"]
+NetLike = caffe2_pb2.NetDef | Mapping[str, Any] | Message
+OpLike = caffe2_pb2.OperatorDef | Mapping[str, Any] | Message
+#: Outputs to differentiate: blob names (all-ones seeds), or blob -> seed gradient blob
+#: (``None`` = all-ones seed).
+YsLike = Sequence[str] | Mapping[str, str | None]
+InputLike = netgrad_pb2.InputSpec | Mapping[str, Any]
+#: A gradient entry: ``None``, a blob name, or ``{"indices": ..., "values": ...}``.
+GradientLike = str | None | Mapping[str, str]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+PROTOBUF = "application/protobuf"
+JSON = "application/json"
+
+
+def tensor_input(blob: str, shape: Sequence[int], data: Sequence[float],
+                 dtype: str | None = None) -> netgrad_pb2.InputSpec:
+    """An explicit input tensor (row-major ``data``; dtype default float64 on the server)."""
+    spec = netgrad_pb2.InputSpec(blob=blob)
+    spec.tensor.shape.extend(shape)
+    spec.tensor.data.extend(data)
+    if dtype is not None:
+        spec.tensor.dtype = dtype
+    return spec
+
+
+def random_input(blob: str, shape: Sequence[int], *, dtype: str | None = None,
+                 distribution: str | None = None, seed: int | None = None,
+                 low: float | None = None, high: float | None = None) -> netgrad_pb2.InputSpec:
+    """A random input tensor drawn by the server (see ``RandomSpec`` in the API docs)."""
+    spec = netgrad_pb2.InputSpec(blob=blob)
+    spec.random.shape.extend(shape)
+    for name, value in (("dtype", dtype), ("distribution", distribution), ("seed", seed),
+                        ("low", low), ("high", high)):
+        if value is not None:
+            setattr(spec.random, name, value)
+    return spec
+
+
+def as_message(value: Any, cls: type[M]) -> M:
+    """``value`` as a ``cls`` message: itself, the same message of another generated module
+    (re-parsed), or a dict in the JSON form.
+
+    Raises:
+        TypeError: anything else.
+    """
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Message) and value.DESCRIPTOR.full_name == cls.DESCRIPTOR.full_name:
+        return cls.FromString(value.SerializeToString())
+    if isinstance(value, Mapping):
+        return from_json(dict(value), cls)
+    raise TypeError(f"expected a {cls.DESCRIPTOR.full_name} message or a dict, "
+                    f"got {type(value).__name__}")
+
+
+def _set_gradient(g: Any, value: GradientLike) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        g.dense = value
+    else:
+        g.slice.indices = value["indices"]
+        g.slice.values = value["values"]
+
+
+def _add_ys(field: Any, ys: YsLike) -> None:
+    if isinstance(ys, str):
+        raise TypeError("ys is a list of blob names or a map blob -> seed gradient, not a str")
+    items = ys.items() if isinstance(ys, Mapping) else ((y, None) for y in ys)
+    for blob, seed in items:
+        entry = field.add(blob=blob)
+        _set_gradient(entry.gradient, seed)
+        if seed is None:
+            entry.ClearField("gradient")
+
+
+def _add_inputs(field: Any, inputs: Sequence[InputLike]) -> None:
+    for i in inputs:
+        field.add().CopyFrom(as_message(i, netgrad_pb2.InputSpec))
+
+
+# -- request builders (shared by both clients) ---------------------------------------------------
+def op_request(op: OpLike, g_output: Sequence[GradientLike]) -> netgrad_pb2.OpGradientRequest:
+    """``OpGradientRequest``: one gradient entry per output of ``op``."""
+    req = netgrad_pb2.OpGradientRequest(op=as_message(op, caffe2_pb2.OperatorDef))
+    for g in g_output:
+        _set_gradient(req.g_output.add(), g)
+    return req
+
+
+def net_request(net: NetLike, ys: YsLike, *, skip: int = 0, return_net: bool = False,
+                recompute: bool = False, verify: Any = None,
+                densify: bool = False) -> netgrad_pb2.NetGradientRequest:
+    """``NetGradientRequest``; ``verify`` (a ``VerifyOptions`` or its JSON dict) also checks it;
+    ``densify`` returns sparse gradients as dense blobs."""
+    req = netgrad_pb2.NetGradientRequest(net=as_message(net, caffe2_pb2.NetDef))
+    if densify:
+        req.densify = True
+    _add_ys(req.ys, ys)
+    if skip:
+        req.skip = skip
+    if return_net:
+        req.return_net = True
+    if recompute:
+        req.recompute = True
+    if verify is not None:
+        req.verify.CopyFrom(as_message(verify, netgrad_pb2.VerifyOptions))
+    return req
+
+
+def verify_request(net: NetLike, ys: YsLike, *, inputs: Sequence[InputLike] = (),
+                   init_net: NetLike | None = None, mode: str | None = None,
+                   check: Sequence[str] = (), passes: int | None = None,
+                   seed: int | None = None, step: float | None = None,
+                   atol: float | None = None, rtol: float | None = None, skip: int = 0,
+                   grad_ops: Sequence[OpLike] | None = None,
+                   recompute: bool = False) -> netgrad_pb2.VerifyRequest:
+    """``VerifyRequest``; ``init_net`` writes weights the net reads (run first)."""
+    req = netgrad_pb2.VerifyRequest(net=as_message(net, caffe2_pb2.NetDef))
+    _add_ys(req.ys, ys)
+    _add_inputs(req.verify.inputs, inputs)
+    if init_net is not None:
+        req.init_net.CopyFrom(as_message(init_net, caffe2_pb2.NetDef))
+    options: dict[str, Any] = {"mode": mode, "passes": passes, "seed": seed}
+    for name, value in options.items():
+        if value is not None:
+            setattr(req.verify, name, value)
+    req.verify.check.extend(check)
+    tolerances: dict[str, float | None] = {"step": step, "atol": atol, "rtol": rtol}
+    for name, tol in tolerances.items():
+        if tol is not None:
+            setattr(req.verify.tolerances, name, tol)
+    if skip:
+        req.skip = skip
+    for op in grad_ops or ():
+        req.grad_ops.add().CopyFrom(as_message(op, caffe2_pb2.OperatorDef))
+    if recompute:
+        req.recompute = True
+    return req
+
+
+def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLike] = (),
+                init_net: NetLike | None = None, ys: YsLike | None = None, skip: int = 0,
+                recompute: bool = False) -> netgrad_pb2.RunRequest:
+    """``RunRequest``; with ``ys`` the gradient ops are appended before running."""
+    req = netgrad_pb2.RunRequest(net=as_message(net, caffe2_pb2.NetDef), fetch=list(fetch))
+    _add_inputs(req.inputs, inputs)
+    if init_net is not None:
+        req.init_net.CopyFrom(as_message(init_net, caffe2_pb2.NetDef))
+    if ys:
+        _add_ys(req.ys, ys)
+    if skip:
+        req.skip = skip
+    if recompute:
+        req.recompute = True
+    return req
+
+
+class _Base:
+    def __init__(self, url: str, encoding: Encoding) -> None:
+        if encoding not in ("protobuf", "json"):
+            raise ValueError(f"encoding must be 'protobuf' or 'json', not {encoding!r}")
+        self.url = url.rstrip("/")
+        self.encoding = encoding
+
+    def _body(self, req: Message) -> tuple[bytes, dict[str, str]]:
+        if self.encoding == "protobuf":
+            return (req.SerializeToString(deterministic=True),
+                    {"Content-Type": PROTOBUF, "Accept": PROTOBUF})
+        text = json.dumps(to_json(req), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8"), {"Content-Type": JSON, "Accept": JSON}
+
+    @staticmethod
+    def _answer(r: httpx.Response, cls: type[M]) -> M:
+        if r.status_code != 200:
+            try:
+                doc = r.json()
+            except ValueError:
+                doc = {}
+            retry = r.headers.get("retry-after")
+            raise error_for(r.status_code, doc if isinstance(doc, dict) else {},
+                            float(retry) if retry and retry.isdigit() else None, r.text)
+        if r.headers.get("content-type", "").split(";")[0].strip() in (
+                PROTOBUF, "application/x-protobuf"):
+            return cls.FromString(r.content)
+        return from_json(r.json(), cls)
+
+
+class Client(_Base):
+    """Synchronous client.
+
+    Args:
+        url: base URL of the service (default ``http://127.0.0.1:8000``).
+        encoding: ``"protobuf"`` (default: binary both ways, any Argument bytes survive) or
+            ``"json"``.
+        timeout: seconds per request (default 600: verification of a large net takes time).
+        transport: an httpx transport (tests).
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, encoding: Encoding = "protobuf",
+                 timeout: float = 600.0, transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(url, encoding)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _post(self, path: str, req: Message, cls: type[M]) -> M:
+        content, headers = self._body(req)
+        try:
+            r = self._http.post(path, content=content, headers=headers)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    def _get(self, path: str, cls: type[M], params: dict[str, str] | None = None) -> M:
+        try:
+            r = self._http.get(path, params=params, headers={"Accept": JSON})
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    def gradients_op(self, op: OpLike, g_output: Sequence[GradientLike]
+                     ) -> netgrad_pb2.OpGradientResponse:
+        """``POST /v1/gradients/op`` (operationId ``gradientsOp``)."""
+        return self._post("/v1/gradients/op", op_request(op, g_output),
+                          netgrad_pb2.OpGradientResponse)
+
+    def gradients_net(self, net: NetLike, ys: YsLike, **kw: Any
+                      ) -> netgrad_pb2.NetGradientResponse:
+        """``POST /v1/gradients/net`` (``gradientsNet``); keywords as :func:`net_request`."""
+        return self._post("/v1/gradients/net", net_request(net, ys, **kw),
+                          netgrad_pb2.NetGradientResponse)
+
+    def verify(self, net: NetLike, ys: YsLike, **kw: Any) -> netgrad_pb2.VerifyResponse:
+        """``POST /v1/verify`` (``verify``); keywords as :func:`verify_request`."""
+        return self._post("/v1/verify", verify_request(net, ys, **kw),
+                          netgrad_pb2.VerifyResponse)
+
+    def run(self, net: NetLike, fetch: Sequence[str], **kw: Any) -> netgrad_pb2.RunResponse:
+        """``POST /v1/run`` (``run``); keywords as :func:`run_request`."""
+        return self._post("/v1/run", run_request(net, fetch, **kw), netgrad_pb2.RunResponse)
+
+    def operators(self, status: str | None = None) -> netgrad_pb2.OperatorList:
+        """``GET /v1/operators`` (``listOperators``), filtered by gradient status if given."""
+        params = {"status": status} if status else None
+        return self._get("/v1/operators", netgrad_pb2.OperatorList, params)
+
+    def health(self) -> netgrad_pb2.Health:
+        """``GET /healthz``."""
+        return self._get("/healthz", netgrad_pb2.Health)
+
+
+class AsyncClient(_Base):
+    """Asynchronous client: the methods of :class:`Client`, as coroutines."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, encoding: Encoding = "protobuf",
+                 timeout: float = 600.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(url, encoding)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _post(self, path: str, req: Message, cls: type[M]) -> M:
+        content, headers = self._body(req)
+        try:
+            r = await self._http.post(path, content=content, headers=headers)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    async def _get(self, path: str, cls: type[M], params: dict[str, str] | None = None) -> M:
+        try:
+            r = await self._http.get(path, params=params, headers={"Accept": JSON})
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    async def gradients_op(self, op: OpLike, g_output: Sequence[GradientLike]
+                           ) -> netgrad_pb2.OpGradientResponse:
+        """``POST /v1/gradients/op``."""
+        return await self._post("/v1/gradients/op", op_request(op, g_output),
+                                netgrad_pb2.OpGradientResponse)
+
+    async def gradients_net(self, net: NetLike, ys: YsLike, **kw: Any
+                            ) -> netgrad_pb2.NetGradientResponse:
+        """``POST /v1/gradients/net``."""
+        return await self._post("/v1/gradients/net", net_request(net, ys, **kw),
+                                netgrad_pb2.NetGradientResponse)
+
+    async def verify(self, net: NetLike, ys: YsLike, **kw: Any) -> netgrad_pb2.VerifyResponse:
+        """``POST /v1/verify``."""
+        return await self._post("/v1/verify", verify_request(net, ys, **kw),
+                                netgrad_pb2.VerifyResponse)
+
+    async def run(self, net: NetLike, fetch: Sequence[str], **kw: Any
+                  ) -> netgrad_pb2.RunResponse:
+        """``POST /v1/run``."""
+        return await self._post("/v1/run", run_request(net, fetch, **kw),
+                                netgrad_pb2.RunResponse)
+
+    async def operators(self, status: str | None = None) -> netgrad_pb2.OperatorList:
+        """``GET /v1/operators``."""
+        params = {"status": status} if status else None
+        return await self._get("/v1/operators", netgrad_pb2.OperatorList, params)
+
+    async def health(self) -> netgrad_pb2.Health:
+        """``GET /healthz``."""
+        return await self._get("/healthz", netgrad_pb2.Health)
+
+
+__all__ = ["AsyncClient", "Client", "as_message", "net_request", "op_request", "random_input",
+           "run_request", "tensor_input", "verify_request"]

@@ -1,0 +1,149 @@
+"""Issue 12: each of ten common mistakes is refused with an error that names the fix."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from httpx import Response
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from app.api import docs
+from app.main import create_app
+from app.settings import Settings
+from core.proto import codec
+from tests.api.helpers import assert_problem
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=1)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _net_pb() -> caffe2_pb2.NetDef:
+    return codec.from_json_obj(docs.MLP_NET, caffe2_pb2.NetDef)
+
+
+def _with(base: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    req = copy.deepcopy(base)
+    edit(req)
+    return req
+
+
+def _typo(req: dict[str, Any]) -> None:
+    req["net"]["op"][1]["type"] = "Reluu"
+
+
+def _inputs_dict(req: dict[str, Any]) -> None:
+    req["inputs"] = {"data": {"shape": [2, 4]}}
+
+
+def _camel_plural(req: dict[str, Any]) -> None:
+    req["gOutputs"] = req.pop("g_output")
+
+
+Call = Callable[[TestClient], Response]
+
+#: (mistake, request, status, problem code, words the fix must contain)
+MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
+    ("wrong content type",
+     lambda c: c.post("/v1/gradients/net", content=json.dumps(docs.NET_REQUEST),
+                      headers={"Content-Type": "text/plain"}),
+     415, "unsupported_media_type", ["application/json", "text/x-protobuf"]),
+    ("bare NetDef",
+     lambda c: c.post("/v1/gradients/net", content=_net_pb().SerializeToString(),
+                      headers={"Content-Type": "application/protobuf"}),
+     400, "bare_netdef", ["NetGradientRequest", "`net`"]),
+    ("pbtxt body sent as JSON",
+     lambda c: c.post("/v1/gradients/net", content=codec.to_text(_net_pb()),
+                      headers={"Content-Type": "application/json"}),
+     400, "invalid_json", ["text/x-protobuf"]),
+    ("typo in op type",
+     lambda c: c.post("/v1/gradients/net", json=_with(docs.NET_REQUEST, _typo)),
+     422, "unknown_operator", ["Did you mean Relu", "GET /v1/operators"]),
+    ("missing inputs",
+     lambda c: c.post("/v1/verify", json={"net": docs.MLP_NET, "ys": ["prob"]}),
+     400, "missing_input", ["`inputs`", "`init_net`", "'data'"]),
+    ("missing ys",
+     lambda c: c.post("/v1/gradients/net", json={"net": docs.MLP_NET}),
+     400, "invalid_field", ['"ys": ["prob"]']),
+    ("ys that no op writes",
+     lambda c: c.post("/v1/gradients/net", json={"net": docs.MLP_NET, "ys": ["nope"]}),
+     400, "unknown_ys_blob", ["external_output"]),
+    ("inputs as a dict",
+     lambda c: c.post("/v1/verify", json=_with(docs.VERIFY_REQUEST, _inputs_dict)),
+     400, "invalid_field", ["list with one entry per fed blob", '"random"']),
+    ("camelCase gOutputs",
+     lambda c: c.post("/v1/gradients/op", json=_with(docs.DO_REQUEST, _camel_plural)),
+     400, "unknown_field", ["did you mean `g_output`"]),
+    ("trailing slash",
+     lambda c: c.post("/v1/gradients/net/", json=docs.NET_REQUEST),
+     404, "not_found", ["drop the trailing slash", "POST /v1/gradients/net"]),
+]
+
+
+@pytest.mark.parametrize(("mistake", "call", "status", "code", "fix"), MISTAKES,
+                         ids=[m[0] for m in MISTAKES])
+def test_mistake_names_the_fix(client: TestClient, mistake: str, call: Call, status: int,
+                               code: str, fix: list[str]) -> None:
+    body = assert_problem(call(client), status)
+    hits = [e for e in body["errors"] if e["code"] == code]
+    assert hits, body
+    for words in fix:
+        assert words in hits[0]["message"], (mistake, words, hits[0]["message"])
+        assert words in body["detail"], (mistake, words, body["detail"])
+
+
+def test_bare_netdef_as_json_names_the_wrapper(client: TestClient) -> None:
+    body = assert_problem(client.post("/v1/gradients/net", json=docs.MLP_NET), 400)
+    assert "NetGradientRequest that wraps it" in body["errors"][0]["message"]
+
+
+def test_bare_operatordef_names_the_wrapper(client: TestClient) -> None:
+    op = codec.from_json_obj(docs.DO_OP, caffe2_pb2.OperatorDef)
+    body = assert_problem(client.post("/v1/gradients/op", content=op.SerializeToString(),
+                                      headers={"Content-Type": "application/protobuf"}), 400)
+    assert body["errors"][0]["code"] == "bare_operatordef"
+    assert "OpGradientRequest" in body["errors"][0]["message"]
+
+
+def test_lower_camel_case_field_is_accepted(client: TestClient) -> None:
+    req = copy.deepcopy(docs.DO_REQUEST)
+    req["gOutput"] = req.pop("g_output")
+    assert client.post("/v1/gradients/op", json=req).json() == \
+        client.post("/v1/gradients/op", json=docs.DO_REQUEST).json()
+
+
+def test_pbtxt_body_is_accepted_as_text_x_protobuf(client: TestClient) -> None:
+    req = netgrad_pb2.NetGradientRequest(net=_net_pb())
+    req.ys.add(blob="prob")
+    r = client.post("/v1/gradients/net", content=codec.to_text(req),
+                    headers={"Content-Type": "text/x-protobuf"})
+    assert r.status_code == 200, r.text
+    assert r.json() == client.post("/v1/gradients/net", json=docs.NET_REQUEST).json()
+
+
+def test_bad_pbtxt_body_is_a_400(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content="net { op { typ: 1 } }",
+                    headers={"Content-Type": "text/x-protobuf"})
+    assert_problem(r, 400)
+
+
+def test_op_without_gradient_points_to_ys_and_skip(client: TestClient) -> None:
+    net = {"op": [{"type": "ConstantFill", "output": ["c"], "arg": [{"name": "shape",
+                                                                     "ints": [1]}]},
+                  {"type": "ArgMax", "input": ["x"], "output": ["m"]},
+                  {"type": "Add", "input": ["m", "c"], "output": ["y"]}]}
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
+    body = assert_problem(r, 422)
+    assert "`skip`" in body["errors"][0]["message"] and "`ys`" in body["errors"][0]["message"]
+
+
+def test_wrong_method_names_the_method(client: TestClient) -> None:
+    body = assert_problem(client.get("/v1/verify"), 405)
+    assert "use POST /v1/verify with a VerifyRequest body" in body["detail"]
