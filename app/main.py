@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
-from app import __version__
+from app import __version__, operations
 from app.api import docs
 from app.api.routes import gradients, health, operators, run, verify
 from app.errors import install_handlers
@@ -141,10 +141,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
     install_handlers(app)
-    app.include_router(gradients.router)
-    app.include_router(verify.router)
-    app.include_router(run.router)
-    app.include_router(operators.router)
+    keys = operations.install(app, settings or get_settings())  # metrics, health, keys, logs
+    app.include_router(gradients.router, dependencies=keys)
+    app.include_router(verify.router, dependencies=keys)
+    app.include_router(run.router, dependencies=keys)
+    app.include_router(operators.router, dependencies=keys)
     app.include_router(health.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 from google.protobuf import message
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from app import observability
 from app.api import jsonmap
 from app.api.negotiation import Body, Media, json_bytes
 from core.errors import DecodeError, LimitExceededError
@@ -48,7 +49,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
         LimitExceededError: sub-nets nested deeper than ``max_depth`` (named by their path).
     """
     if body.media is Media.JSON:
-        return _decode_json(body, cls, max_depth)
+        return observability.request_ops(_decode_json(body, cls, max_depth))
     try:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
@@ -65,7 +66,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
                 for net in value if f.is_repeated else [value]:
                     limits.check_depth(net, max_depth)
     _check_required(decoded.msg, "")
-    return decoded.msg
+    return observability.request_ops(decoded.msg)
 
 
 def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
@@ -238,6 +239,7 @@ def tensor_pb(arr: np.ndarray) -> netgrad_pb2.Tensor:
 
 def respond(body: Body, msg: message.Message) -> Response:
     """``msg`` in the negotiated encoding: binary protobuf, or its JSON form."""
+    observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)
     return Response(json_bytes(jsonmap.encode(msg)), media_type=Media.JSON.value)
