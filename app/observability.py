@@ -196,9 +196,9 @@ def logging_config(fmt: str, level: str = "INFO") -> dict[str, Any]:
     if fmt == "json":
         formatter: dict[str, Any] = {
             "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-            "timestamp": False,
+            "fmt": "%(levelname)s %(name)s %(process)d %(message)s %(request_id)s",
+            "rename_fields": {"levelname": "level", "name": "logger", "process": "pid"},
+            "timestamp": "time",  # ISO 8601, UTC
         }
     else:
         formatter = {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"}
@@ -236,7 +236,7 @@ class RequestIdFilter(CorrelationIdFilter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         super().filter(record)
-        record.request_id = getattr(record, "correlation_id", "-")
+        record.request_id = record.__dict__.pop("correlation_id", None) or "-"
         return True
 
 
