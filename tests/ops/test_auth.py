@@ -182,3 +182,25 @@ def test_an_unreadable_keys_file_refuses_every_key(tmp_path: Path) -> None:
     assert auth.KeyRing(bad).keys() == []
     with pytest.raises(ValueError, match="line 1"):
         auth.parse_keys(bad.read_text())
+
+
+def test_cors_is_off_by_default_and_on_with_origins(client: TestClient) -> None:
+    pre = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "content-type,x-api-key"}
+    assert "access-control-allow-origin" not in client.get(
+        "/livez", headers={"Origin": "https://ui.example"}).headers
+    assert "access-control-allow-origin" not in client.options(
+        "/v1/gradients/op", headers=pre).headers
+    settings = Settings(workers=0, cors_origins="https://ui.example, https://b.example")
+    with TestClient(create_app(settings)) as c:
+        r = c.options("/v1/gradients/op", headers=pre)
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == "https://ui.example"
+        assert "x-api-key" in r.headers["access-control-allow-headers"].lower()
+        got = c.post("/v1/gradients/op", json=docs.DO_REQUEST,
+                     headers={"Origin": "https://ui.example", "X-Request-ID": "cors-1"})
+        assert got.headers["access-control-allow-origin"] == "https://ui.example"
+        assert "x-request-id" in got.headers["access-control-expose-headers"].lower()
+        assert got.headers["x-request-id"] == "cors-1"
+        other = c.get("/livez", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
