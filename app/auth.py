@@ -237,6 +237,24 @@ def key_dependencies(ring: KeyRing | None) -> list[Any]:
     return [Depends(require_key)]
 
 
+def key_responses(ring: KeyRing | None) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` the key check adds to a route (none without keys)."""
+    if ring is None:
+        return {}
+
+    def problem(description: str) -> dict[str, Any]:
+        ref = {"$ref": "#/components/schemas/Problem"}
+        return {"description": description,
+                "content": {"application/problem+json": {"schema": ref}}}
+
+    return {
+        401: problem("No API key: send `Authorization: Bearer <key>` or `X-API-Key`"),
+        403: problem("The API key is not valid"),
+        429: problem("Verification/run only: the key already has NETGRAD_KEY_MAX_JOBS jobs "
+                     "in flight; retry after `Retry-After` seconds"),
+    }
+
+
 class DocsGuard:
     """ASGI middleware: the :data:`DOC_PATHS` need a key (``NETGRAD_PROTECT_DOCS=1``)."""
 

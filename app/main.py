@@ -142,10 +142,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = None
     install_handlers(app)
     keys = operations.install(app, settings or get_settings())  # metrics, health, keys, logs
-    app.include_router(gradients.router, dependencies=keys)
-    app.include_router(verify.router, dependencies=keys)
-    app.include_router(run.router, dependencies=keys)
-    app.include_router(operators.router, dependencies=keys)
+    app.include_router(gradients.router, **keys)
+    app.include_router(verify.router, **keys)
+    app.include_router(run.router, **keys)
+    app.include_router(operators.router, **keys)
     app.include_router(health.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

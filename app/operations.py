@@ -27,11 +27,12 @@ def cors_origins(settings: Settings) -> list[str]:
     return [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
 
 
-def install(app: FastAPI, settings: Settings) -> list[Any]:
+def install(app: FastAPI, settings: Settings) -> dict[str, Any]:
     """Add logging, request IDs, metrics, health, keys and CORS to ``app``.
 
-    Call before the ``/v1`` routers are included: the returned list is their
-    ``dependencies`` (the API-key check; empty when no keys file is configured).
+    Call before the ``/v1`` routers are included: the returned dict holds the keyword
+    arguments of their ``include_router`` (the API-key check as ``dependencies`` and its
+    answers as ``responses``; both empty when no keys file is configured).
     """
     observability.configure_logging(settings.log_format, settings.log_level)
     ring = auth.KeyRing(settings.api_keys_file) if settings.api_keys_file else None
@@ -54,7 +55,7 @@ def install(app: FastAPI, settings: Settings) -> list[Any]:
     app.include_router(health.router)
     app.include_router(metrics.router)
     _wrap_lifespan(app, ring)
-    return auth.key_dependencies(ring)
+    return {"dependencies": auth.key_dependencies(ring), "responses": auth.key_responses(ring)}
 
 
 def _wrap_lifespan(app: FastAPI, ring: auth.KeyRing | None) -> None:

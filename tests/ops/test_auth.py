@@ -110,6 +110,7 @@ def test_swagger_authorize_and_try_it_out(keyed: TestClient, keys: tuple[Path, s
                 assert "security" not in op, path
                 continue
             assert {"bearer": []} in op["security"] and {"apiKey": []} in op["security"]
+            assert {"401", "403", "429"} <= set(op["responses"]), path
             examples = (op.get("requestBody", {}).get("content", {})
                         .get("application/json", {}).get("examples", {}))
             body = next(iter(examples.values()))["value"] if examples else None
