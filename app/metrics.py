@@ -96,7 +96,7 @@ POOL_QUEUE = Gauge(
 JOB_DURATION = Histogram(
     "netgrad_pool_job_duration_seconds",
     "Wall-clock time of execution jobs, from hand-over to a worker to the result, by outcome "
-    "(ok, error: the job raised a netgrad error, limit: a job limit stopped it, failed).",
+    "(ok; limit: a job limit stopped it; error: anything else, e.g. a bad net or a crash).",
     ["outcome"],
     buckets=JOB_BUCKETS,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import LimitExceededError, NetgradError
+from core.errors import LimitExceededError
 
 #: Problem code -> the job limit it reports (the label values of "jobs ended by a limit").
 LIMIT_CODES: dict[str, str] = {
@@ -44,15 +44,11 @@ def limit_of(exc: BaseException | None) -> str | None:
 
 
 def outcome_of(exc: BaseException | None) -> str:
-    """``"ok"``, ``"limit"`` (a job limit stopped it), ``"error"`` (a netgrad error the job
-    raised, e.g. a bad input) or ``"failed"`` (anything else: crash, closed pool)."""
+    """``"ok"``, ``"limit"`` (a job limit stopped it, see :func:`limit_of`) or ``"error"``
+    (anything else: an error the job raised, a crashed worker, a closed pool)."""
     if exc is None:
         return "ok"
-    if limit_of(exc) is not None:
-        return "limit"
-    if isinstance(exc, NetgradError) and type(exc).__name__ != "ExecutionError":
-        return "error"
-    return "failed"
+    return "limit" if limit_of(exc) is not None else "error"
 
 
 @dataclass(frozen=True)
