@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -111,17 +110,3 @@ class PoolKeeper:
                 pass
             self._stop.wait(self.interval_s)
 
-
-def probe(path: str, host: str, port: int, timeout_s: float = 4.0) -> int:
-    """Exit status of ``netgrad probe``: 0 when ``GET http://host:port/path`` is 200, else 1.
-
-    The image's HEALTHCHECK runs this (no curl in a slim image).
-    """
-    url = f"http://{host}:{port}/{path.lstrip('/')}"
-    try:
-        status = httpx.get(url, timeout=timeout_s).status_code
-    except httpx.HTTPError as exc:
-        print(f"netgrad probe: {url}: {exc}")
-        return 1
-    print(f"netgrad probe: {url}: {status}")
-    return 0 if status == 200 else 1

@@ -61,9 +61,25 @@ def _cmd_keys_add(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_probe(ns: argparse.Namespace) -> int:
-    from app.health import probe
+def probe(path: str, host: str, port: int, timeout_s: float = 4.0) -> int:
+    """Exit status of ``netgrad probe``: 0 when ``GET http://host:port/path`` is 200, else 1.
 
+    The image's HEALTHCHECK runs this (a slim image has no curl); it imports only httpx, so
+    a check every 30 s costs little.
+    """
+    import httpx
+
+    url = f"http://{host}:{port}/{path.lstrip('/')}"
+    try:
+        status = httpx.get(url, timeout=timeout_s).status_code
+    except httpx.HTTPError as exc:
+        print(f"netgrad probe: {url}: {exc}")
+        return 1
+    print(f"netgrad probe: {url}: {status}")
+    return 0 if status == 200 else 1
+
+
+def _cmd_probe(ns: argparse.Namespace) -> int:
     settings = get_settings()
     return probe(ns.path, ns.host, ns.port if ns.port is not None else settings.port)
 
