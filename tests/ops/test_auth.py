@@ -147,7 +147,11 @@ def test_per_key_job_limit_is_429_with_retry_after(
     t = threading.Thread(target=lambda: first.append(keyed.post(
         "/v1/run", json=_endless_run(), headers={"X-API-Key": alice}).status_code))
     t.start()
-    time.sleep(0.5)  # the first job holds the worker (until its 1.5 s limit)
+    pool = keyed.app.state.pool  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 30
+    while pool.status().busy == 0:  # until the first job holds the worker (1.5 s limit)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     second = keyed.post("/v1/run", json=docs.RUN_REQUEST, headers={"X-API-Key": alice})
     body = assert_problem(second, 429, "too_many_jobs")
     assert second.headers["retry-after"] == "1"
