@@ -311,18 +311,20 @@ class ProblemItem(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., op_index: _Optional[int] = ..., op_type: _Optional[str] = ..., path: _Optional[str] = ..., blobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Problem(_message.Message):
-    __slots__ = ("type", "title", "status", "detail", "errors")
+    __slots__ = ("type", "title", "status", "detail", "errors", "instance")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     type: str
     title: str
     status: int
     detail: str
     errors: _containers.RepeatedCompositeFieldContainer[ProblemItem]
-    def __init__(self, type: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[int] = ..., detail: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[ProblemItem, _Mapping]]] = ...) -> None: ...
+    instance: str
+    def __init__(self, type: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[int] = ..., detail: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[ProblemItem, _Mapping]]] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class OperatorInfo(_message.Message):
     __slots__ = ("type", "gradient", "has_kernel", "doc")

@@ -292,7 +292,11 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                        'description': 'The first problem, in words.'},
                             'errors': {'type': 'array',
                                        'items': {'$ref': '#/components/schemas/ProblemItem'},
-                                       'description': 'Every problem.'}},
+                                       'description': 'Every problem.'},
+                            'instance': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
+                                         'description': 'This occurrence: '
+                                                        'urn:netgrad:request:<X-Request-ID of the '
+                                                        'request>.'}},
              'additionalProperties': False},
  'ProblemItem': {'type': 'object',
                  'title': 'ProblemItem',

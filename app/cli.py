@@ -2,7 +2,9 @@
 
 Usage::
 
-    netgrad serve [--host 127.0.0.1] [--port 8000]
+    netgrad serve [--host 127.0.0.1] [--port 8000] [--http-workers N]
+    netgrad keys add NAME [--file KEYS_FILE] [--max-jobs N]
+    netgrad probe [livez|readyz] [--port 8000]
     netgrad grad FILE [--ys BLOB ...] [--skip N] [--format pbtxt|json] [--url URL] [--recompute]
                  [--densify]
     netgrad verify FILE [--ys BLOB ...] [--init-net F] [--inputs F] [--random B:D1,D2 ...]
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from app import ops_cli
 from core.errors import DecodeError, InvalidRequestError, NetgradError
 from core.proto import codec
 from core.types import Diagnostic, GradientSlice, GradValue
@@ -165,12 +168,16 @@ def format_result(
 def _cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.ops_cli import uvicorn_options
     from app.settings import get_settings
 
     settings = get_settings()
+    if ns.http_workers is not None:
+        settings = settings.model_copy(update={"http_workers": ns.http_workers})
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port)
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port,
+                **uvicorn_options(settings))
     return 0
 
 
@@ -338,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the HTTP service (uvicorn)")
     serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8000)")
+    serve.add_argument("--http-workers", type=int, default=None,
+                       help="uvicorn worker processes (default NETGRAD_HTTP_WORKERS, 1)")
     serve.set_defaults(func=_cmd_serve)
     grad = sub.add_parser("grad", help="print the gradient ops of a NetDef file")
     grad.add_argument("file", help="NetDef as .pb, .pbtxt or .json")
@@ -362,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(default: local)")
     grad.set_defaults(func=_cmd_grad)
     add_parsers(sub, _cmd_verify, _cmd_run, _cmd_ops)
+    ops_cli.add_commands(sub)
     return parser
 
 

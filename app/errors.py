@@ -27,6 +27,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import cast
 
+from asgi_correlation_id import correlation_id
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -55,12 +56,15 @@ SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops"})
 
 _TITLES = {
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     406: "Not Acceptable",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
@@ -118,6 +122,9 @@ def problem_response(
     doc = netgrad_pb2.Problem(type=f"urn:netgrad:problem:{code}",
                               title=_TITLES.get(status, "Error"), status=status,
                               detail=_text(detail), errors=items)
+    rid = correlation_id.get()
+    if rid:  # the request ID (app.observability), so a report can be matched to the logs
+        doc.instance = f"urn:netgrad:request:{rid}"
     data = json.dumps(jsonmap.encode(doc), ensure_ascii=False, separators=(",", ":"))
     headers = {"Connection": "close"} if close else None
     return Response(data.encode("utf-8"), status_code=status, media_type=PROBLEM_JSON,
@@ -184,9 +191,13 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(
+        response = problem_response(
             500, "internal_error", "internal error; the request was not served", []
         )
+        rid = correlation_id.get()
+        if rid:  # answered outside the request-ID middleware: echo the ID here
+            response.headers["X-Request-ID"] = rid
+        return response
 
     app.add_exception_handler(NetgradError, on_netgrad)
     app.add_exception_handler(ProblemError, on_problem)

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
-from app import __version__
+from app import __version__, operations
 from app.api import docs, openapi_doc
 from app.api.routes import gradients, health, operators, run, ui, verify
 from app.errors import install_handlers
@@ -147,10 +147,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pool = None
     app.router.redirect_slashes = False  # a trailing slash is a 404 that names the route
     install_handlers(app)
-    app.include_router(gradients.router)
-    app.include_router(verify.router)
-    app.include_router(run.router)
-    app.include_router(operators.router)
+    keys = operations.install(app, settings or get_settings())  # metrics, health, keys, logs
+    app.include_router(gradients.router, **keys)
+    app.include_router(verify.router, **keys)
+    app.include_router(run.router, **keys)
+    app.include_router(operators.router, **keys)
     app.include_router(health.router)
     app.include_router(ui.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

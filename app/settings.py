@@ -8,6 +8,7 @@ Tests override :func:`get_settings` through ``app.dependency_overrides`` or buil
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 # pydantic stays for the settings only (FastAPI depends on it anyway): pydantic-settings reads
 # and validates the NETGRAD_* environment variables. It defines no part of the wire format:
@@ -37,6 +38,19 @@ class Settings(BaseSettings):
             above), so a burst of long jobs cannot pile up requests without bound.
         max_ops: most ops in one request, sub-nets included (413 above): bounds the time
             gradient generation, which runs in the server process, can take.
+
+    Operation (issue 11; README "Operate it"):
+        http_workers: uvicorn worker processes of ``netgrad serve`` (each with its own
+            execution pool of ``workers``); metrics are then summed over them through
+            ``PROMETHEUS_MULTIPROC_DIR``.
+        log_format: ``json`` (one JSON object per line) or ``text``.
+        log_level: level of the ``netgrad`` loggers and of the access log.
+        api_keys_file: file of hashed API keys (``netgrad keys add``); when set, every
+            ``/v1/*`` route needs a key.
+        protect_docs: also require a key for ``/docs``, ``/redoc``, ``/openapi.json`` and
+            ``/metrics`` (health stays open).
+        key_max_jobs: verification/run jobs one API key may have in flight (429 above).
+        cors_origins: comma-separated origins allowed by CORS (``*`` for any); empty = off.
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -53,6 +67,14 @@ class Settings(BaseSettings):
     max_fetch_elements: int = Field(default=10**6, ge=1)
     queue_timeout_s: float = Field(default=30.0, gt=0)
     max_ops: int = Field(default=200_000, ge=1)
+    # -- operation (issue 11) --
+    http_workers: int = Field(default=1, ge=1)
+    log_format: Literal["json", "text"] = "json"
+    log_level: str = "INFO"
+    api_keys_file: str | None = None
+    protect_docs: bool = False
+    key_max_jobs: int = Field(default=2, ge=1)
+    cors_origins: str = ""
 
 
 @lru_cache

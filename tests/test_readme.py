@@ -55,6 +55,7 @@ def test_readme_do_example_output_is_what_the_api_answers() -> None:
         problem = client.post(
             "/v1/gradients/op",
             json={"op": {"type": "Relu", "input": ["x"], "output": ["y"]}, "g_output": []},
+            headers={"X-Request-ID": "readme-1"},
         ).json()
     assert outputs[0] == answer, "README curl output is stale: rerun the example"
     assert outputs[1] == problem

@@ -13,6 +13,7 @@ returns) goes to the regular thread pool, never onto the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,7 +108,9 @@ async def serve(
     elif len(data) + len(text or "") <= INLINE_BYTES:
         outcome = work(body, ctx)
     else:
-        outcome = await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
+        # The request's context goes along (request ID, op counts: app.observability).
+        run = contextvars.copy_context().run
+        outcome = await asyncio.wrap_future(_work_executor().submit(run, work, body, ctx))
     if isinstance(outcome, Response):
         return outcome
     return await run_in_threadpool(outcome)

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 from google.protobuf import message
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from app import observability
 from app.api import jsonmap
 from app.api.negotiation import Body, Media, json_bytes
 from core.errors import DecodeError, LimitExceededError
@@ -48,9 +49,9 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
         LimitExceededError: sub-nets nested deeper than ``max_depth`` (named by their path).
     """
     if body.media is Media.JSON:
-        return _decode_json(body, cls, max_depth)
+        return observability.request_ops(_decode_json(body, cls, max_depth))
     if body.media is Media.TEXT:
-        return _decode_text(body, cls, max_depth)
+        return observability.request_ops(_decode_text(body, cls, max_depth))
     try:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
@@ -72,7 +73,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     except DecodeError as exc:
         _refuse_bare_message(body.data, cls, exc)
         raise
-    return decoded.msg
+    return observability.request_ops(decoded.msg)
 
 
 def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
@@ -285,6 +286,7 @@ def tensor_pb(arr: np.ndarray) -> netgrad_pb2.Tensor:
 
 def respond(body: Body, msg: message.Message) -> Response:
     """``msg`` in the negotiated encoding: binary protobuf, or its JSON form."""
+    observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)
     return Response(json_bytes(jsonmap.encode(msg)), media_type=Media.JSON.value)

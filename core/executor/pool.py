@@ -35,6 +35,7 @@ from typing import Any
 
 from core.errors import BusyError, ExecutionError, LimitExceededError, NetgradError
 from core.executor.limits import RunLimits
+from core.executor.observer import PoolObserver, PoolStatus, limit_of
 from core.types import Diagnostic
 
 #: Extra seconds the parent waits past the wall-clock limit, so a worker that stops itself
@@ -133,6 +134,17 @@ class _Worker:
         self.ready = isinstance(msg, tuple) and msg[:1] == ("ready",)
         return self.ready
 
+    def poll_ready(self) -> bool:
+        """Like :meth:`wait_ready` without waiting (for an idle worker only)."""
+        if not self.ready:
+            try:
+                if self.conn.poll(0):
+                    msg = self.conn.recv()
+                    self.ready = isinstance(msg, tuple) and msg[:1] == ("ready",)
+            except (EOFError, OSError):
+                return False
+        return self.ready
+
     def alive(self) -> bool:
         return self.proc.is_alive()
 
@@ -185,6 +197,7 @@ class WorkerPool:
         start_method: ``"spawn"`` (default) or ``"forkserver"``.
         queue_timeout_s: longest wait for an idle worker before :class:`BusyError`
             (``None``: wait as long as it takes).
+        observer: told about jobs, waits and replaced workers (metrics); default: nobody.
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).
@@ -196,6 +209,7 @@ class WorkerPool:
         limits: RunLimits | None = None,
         start_method: str = "spawn",
         queue_timeout_s: float | None = None,
+        observer: PoolObserver | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"WorkerPool size must be >= 1, got {size}")
@@ -209,6 +223,9 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._closed = False
         self._workers: list[_Worker] = []
+        self.observer = observer or PoolObserver()
+        self._busy = 0
+        self._waiting = 0
         for _ in range(size):
             w = _Worker(self._ctx, self.limits)
             self._workers.append(w)
@@ -237,8 +254,9 @@ class WorkerPool:
         for w in workers:
             w.stop()
 
-    def _replace(self, old: _Worker) -> _Worker:
+    def _replace(self, old: _Worker, reason: str = "crashed") -> _Worker:
         old.kill()
+        self.observer.worker_replaced(reason)
         new = _Worker(self._ctx, self.limits)
         with self._lock:
             if old in self._workers:
@@ -262,6 +280,40 @@ class WorkerPool:
         with self._lock:
             return [w.proc.pid for w in self._workers if w.proc.pid is not None]
 
+    def status(self) -> PoolStatus:
+        """Workers configured, alive, ready, busy, and submits waiting (see PoolStatus)."""
+        with self._lock:
+            workers = list(self._workers)
+            busy, waiting = self._busy, self._waiting
+        alive = [w for w in workers if w.alive()]
+        return PoolStatus(self.size, len(alive), sum(w.ready for w in alive), busy, waiting)
+
+    def maintain(self) -> None:
+        """Replace idle workers that died, and note idle ones that finished starting.
+
+        Without it a dead idle worker is replaced when a job next picks it; a caller that
+        reports readiness (``/readyz``) calls this every fraction of a second.
+        """
+        taken: list[_Worker] = []
+        while not self._closed:
+            try:
+                taken.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for w in taken:
+            if not w.alive():
+                w = self._replace(w, "crashed")
+            else:
+                w.poll_ready()
+            self._release(w)
+
+    def _count(self, busy: int = 0, waiting: int = 0) -> None:
+        with self._lock:
+            self._busy += busy
+            self._waiting += waiting
+        if waiting:
+            self.observer.waiting_changed(waiting)
+
     # -- jobs --------------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` in a worker and return its result (blocking; thread-safe).
@@ -282,19 +334,27 @@ class WorkerPool:
             BusyError: no worker became idle within ``queue_timeout_s``.
         """
         waited_since = time.monotonic()
-        while True:  # wait for an idle worker, noticing a close() meanwhile
-            if self._closed:
-                raise ExecutionError("worker pool is closed")
-            try:
-                w = self._idle.get(timeout=0.5)
-                break
-            except queue.Empty:
-                waited = time.monotonic() - waited_since
-                if self.queue_timeout_s is not None and waited >= self.queue_timeout_s:
-                    raise BusyError(
-                        f"all {self.size} execution workers stayed busy for {waited:.1f} s; "
-                        "retry later"
-                    ) from None
+        self._count(waiting=1)
+        try:
+            while True:  # wait for an idle worker, noticing a close() meanwhile
+                if self._closed:
+                    raise ExecutionError("worker pool is closed")
+                try:
+                    w = self._idle.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    waited = time.monotonic() - waited_since
+                    if self.queue_timeout_s is not None and waited >= self.queue_timeout_s:
+                        raise BusyError(
+                            f"all {self.size} execution workers stayed busy for "
+                            f"{waited:.1f} s; retry later"
+                        ) from None
+        finally:
+            self._count(waiting=-1)
+        started = time.monotonic()
+        self._count(busy=1)
+        self.observer.job_started()
+        error: BaseException | None = None
         try:
             for _attempt in range(2):  # one retry if an idle worker turned out dead
                 if w.alive() and w.wait_ready():
@@ -305,20 +365,25 @@ class WorkerPool:
             try:
                 reply = self._exchange(w, fn, args)
                 if reply[0] == "broken":  # a worker that cannot load jobs: a fresh one retries
-                    w = self._replace(w)
+                    w = self._replace(w, "broken")
                     if not w.wait_ready():
                         raise ExecutionError("could not start an execution worker")
                     reply = self._exchange(w, fn, args)
                     if reply[0] == "broken":
-                        w = self._replace(w)
+                        w = self._replace(w, "broken")
                         raise ExecutionError(f"execution worker failed: {reply[1]}")
             except _WorkerLost as lost:
-                w = self._replace(w)
+                w = self._replace(w, "wall_clock" if limit_of(lost.error) else "crashed")
                 raise lost.error from lost.__cause__
             if reply[0] == "limit":  # the worker exits after a MemoryError: replace it now
-                w = self._replace(w)
+                w = self._replace(w, "memory")
             return self._unpack(reply)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
+            self._count(busy=-1)
+            self.observer.job_ended(time.monotonic() - started, error)
             self._release(w)
 
     def _exchange(self, w: _Worker, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[

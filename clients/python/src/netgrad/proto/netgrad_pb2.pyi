@@ -225,13 +225,14 @@ class NetGradientResponse(_message.Message):
     def __init__(self, grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ..., net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., verify_report: _Optional[_Union[VerifyReport, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("net", "ys", "skip", "verify", "grad_ops", "recompute", "init_net")
+    __slots__ = ("net", "ys", "skip", "verify", "grad_ops", "recompute", "densify", "init_net")
     NET_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
     VERIFY_FIELD_NUMBER: _ClassVar[int]
     GRAD_OPS_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    DENSIFY_FIELD_NUMBER: _ClassVar[int]
     INIT_NET_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
@@ -239,8 +240,9 @@ class VerifyRequest(_message.Message):
     verify: VerifyOptions
     grad_ops: _containers.RepeatedCompositeFieldContainer[_caffe2_pb2.OperatorDef]
     recompute: bool
+    densify: bool
     init_net: _caffe2_pb2.NetDef
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., recompute: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., verify: _Optional[_Union[VerifyOptions, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., recompute: _Optional[bool] = ..., densify: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
     __slots__ = ("report", "grad_ops", "grad_map", "diagnostics")
@@ -309,18 +311,20 @@ class ProblemItem(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., op_index: _Optional[int] = ..., op_type: _Optional[str] = ..., path: _Optional[str] = ..., blobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Problem(_message.Message):
-    __slots__ = ("type", "title", "status", "detail", "errors")
+    __slots__ = ("type", "title", "status", "detail", "errors", "instance")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     type: str
     title: str
     status: int
     detail: str
     errors: _containers.RepeatedCompositeFieldContainer[ProblemItem]
-    def __init__(self, type: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[int] = ..., detail: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[ProblemItem, _Mapping]]] = ...) -> None: ...
+    instance: str
+    def __init__(self, type: _Optional[str] = ..., title: _Optional[str] = ..., status: _Optional[int] = ..., detail: _Optional[str] = ..., errors: _Optional[_Iterable[_Union[ProblemItem, _Mapping]]] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class OperatorInfo(_message.Message):
     __slots__ = ("type", "gradient", "has_kernel", "doc")

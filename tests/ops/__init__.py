@@ -1,0 +1,1 @@
+"""Operation tests (issue 11): metrics, health, request IDs and logs, API keys, deployment."""
