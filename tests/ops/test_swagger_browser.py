@@ -32,6 +32,10 @@ def _try_it_out(page: object) -> str:
     button = block.locator(".try-out__btn")
     if "cancel" not in (button.text_content() or "").lower():
         button.click()
+    clear = block.locator(".btn-clear")
+    if clear.count() and clear.first.is_visible():  # drop the previous answer first
+        clear.first.click()
+        block.locator(".live-responses-table").wait_for(state="detached", timeout=10_000)
     block.locator(".execute").click()
     status = block.locator(".live-responses-table tbody .response-col_status").first
     status.wait_for(timeout=20_000)
