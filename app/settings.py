@@ -8,6 +8,7 @@ Tests override :func:`get_settings` through ``app.dependency_overrides`` or buil
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 # pydantic stays for the settings only (FastAPI depends on it anyway): pydantic-settings reads
 # and validates the NETGRAD_* environment variables. It defines no part of the wire format:
@@ -37,6 +38,13 @@ class Settings(BaseSettings):
             above), so a burst of long jobs cannot pile up requests without bound.
         max_ops: most ops in one request, sub-nets included (413 above): bounds the time
             gradient generation, which runs in the server process, can take.
+        executor: where execution jobs run: ``pool`` (this server's worker processes) or
+            ``ray`` (a Ray cluster; ``pip install 'netgrad[ray]'``).
+        ray_address: the Ray cluster (``host:port`` of its head, or ``ray://host:10001``);
+            unset: ``auto`` (a cluster started on this machine with ``ray start``).
+        ray_task_memory_bytes: Ray ``memory`` resource each Ray task reserves.
+        job_ttl_s: seconds a finished asynchronous job (``/v1/jobs``) stays retrievable.
+        max_jobs: most asynchronous jobs kept at once (503 above).
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -53,6 +61,11 @@ class Settings(BaseSettings):
     max_fetch_elements: int = Field(default=10**6, ge=1)
     queue_timeout_s: float = Field(default=30.0, gt=0)
     max_ops: int = Field(default=200_000, ge=1)
+    executor: Literal["pool", "ray"] = "pool"
+    ray_address: str = "auto"
+    ray_task_memory_bytes: int = Field(default=512 * 1024**2, ge=1)
+    job_ttl_s: float = Field(default=3600.0, gt=0)
+    max_jobs: int = Field(default=1000, ge=1)
 
 
 @lru_cache

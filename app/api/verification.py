@@ -13,8 +13,9 @@ from typing import Any
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api.wire import Ys, report_pb
 from app.errors import ProblemError
+from core.executor.backends import Cancelled, Progress
 from core.types import Diagnostic, GradValue
-from core.verify import VerifyOptions, VerifyReport, verify_net
+from core.verify import VerifyOptions, VerifyReport, fanout, verify_net
 
 
 @dataclass
@@ -43,6 +44,8 @@ def run_verification(
     recompute: bool,
     pool: Any,
     known: Sequence[Diagnostic] = (),
+    progress: Progress | None = None,
+    cancelled: Cancelled | None = None,
 ) -> Checked:
     """Check the gradient of ``net`` numerically in a worker process.
 
@@ -52,6 +55,8 @@ def run_verification(
         grad_ops: gradient ops to check instead of generated ones (``None`` = generate).
         pool: the worker pool of the app, or ``None``.
         known: diagnostics the caller already reports (left out of the report's own list).
+        progress, cancelled: for async jobs (see :func:`core.verify.fanout.numeric`); a
+            full-mode check fans out over the executor's workers either way.
 
     Raises:
         ProblemError: 503 when no worker pool runs.
@@ -65,7 +70,8 @@ def run_verification(
             "NETGRAD_WORKERS >= 1",
         )
     res = verify_net(
-        net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute
+        net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute,
+        runner=lambda job: fanout.numeric(job, pool, progress=progress, cancelled=cancelled),
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)
