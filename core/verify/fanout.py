@@ -51,6 +51,8 @@ FANOUT_MIN_ELEMENTS = 512
 CHUNKS_PER_SLOT = 4
 #: Fewest elements of one chunk (each chunk re-materializes the inputs).
 MIN_CHUNK = 64
+#: Most elements of one chunk: bounds how long a cancel waits and keeps progress moving.
+MAX_CHUNK = 256
 
 
 @dataclass
@@ -130,7 +132,7 @@ def chunk_ranges(plan: FullPlan, slots: int) -> list[tuple[str, int, int]]:
     """``(blob, lo, hi)`` ranges covering every checked element, in blob and index order."""
     sizes = [(b.blob, math.prod(b.shape)) for b in plan.blobs if b.failed is None]
     total = sum(n for _, n in sizes)
-    size = max(MIN_CHUNK, -(-total // max(1, slots * CHUNKS_PER_SLOT)))
+    size = min(MAX_CHUNK, max(MIN_CHUNK, -(-total // max(1, slots * CHUNKS_PER_SLOT))))
     return [(blob, lo, min(lo + size, n)) for blob, n in sizes for lo in range(0, n, size)]
 
 

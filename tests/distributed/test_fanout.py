@@ -107,3 +107,21 @@ def test_an_error_is_the_single_process_error(pool: WorkerPool) -> None:
         fanout.numeric(job, pool, min_elements=0)
     assert fanned.value.message == single.value.message
     assert fanned.value.problems == single.value.problems
+
+
+def test_http_answer_with_fan_out_is_byte_identical_to_one_worker() -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.api.helpers import PB
+
+    req = mlp_verify_request(batch=64)  # 656 elements: fans out on 2 workers
+    answers = []
+    for workers in (1, 2):  # one worker: no fan-out (a single run_check job)
+        settings = Settings(workers=workers, job_timeout_s=20.0, executor="pool")
+        with TestClient(create_app(settings)) as c:
+            answers.append((c.post("/v1/verify", json=req).content,
+                            c.post("/v1/verify", json=req, headers={"accept": PB}).content))
+    assert b'"passed":true' in answers[0][0]
+    assert answers[0] == answers[1]
