@@ -195,10 +195,14 @@ def ray_job(fn: Callable[..., Any], args: tuple[Any, ...], limits: RunLimits) ->
 def _import_ray() -> Any:
     try:
         import ray
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name != "ray":
+            raise ExecutionError(f"Ray could not be imported: {exc}") from exc
         raise ExecutionError(
             "NETGRAD_EXECUTOR=ray needs Ray: pip install 'netgrad[ray]'"
         ) from exc
+    except ImportError as exc:
+        raise ExecutionError(f"Ray could not be imported: {exc}") from exc
     return ray
 
 
