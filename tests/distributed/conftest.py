@@ -34,6 +34,7 @@ def ray_address() -> Iterator[str]:
     """Address of a running Ray cluster this process is connected to (loopback only)."""
     ray = ray_or_skip()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a loopback test cluster: no token
     address = os.environ.get("NETGRAD_RAY_ADDRESS")
     if address:
         if not ray.is_initialized():
