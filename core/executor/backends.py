@@ -208,7 +208,7 @@ def _import_ray() -> Any:
 
 def _loopback(address: str | None) -> bool:
     host = (address or "").rsplit(":", 1)[0].removeprefix("ray://")
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    return host in ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 class RayBackend:
