@@ -30,6 +30,22 @@ from core.proto.limits import effective_max_depth
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
+_UNAVAILABLE = docs._problem("No execution workers (NETGRAD_WORKERS=0), or too many jobs kept")
+_NOT_FOUND = docs._problem("No such job, or its result expired (NETGRAD_JOB_TTL_S)")
+
+
+def _submit_responses() -> dict[int | str, dict[str, Any]]:
+    out = docs.responses("JobStatus", "JobStatus")
+    out[202] = {**out.pop(200), "description": "Accepted: poll the Location header's URL"}
+    out[503] = _UNAVAILABLE
+    return out
+
+
+def _status_responses() -> dict[int | str, dict[str, Any]]:
+    ok = docs.responses("JobStatus", "JobStatus")[200]
+    return {200: ok, 404: _NOT_FOUND, 406: docs._problem("Accept allows neither JSON nor "
+                                                         "protobuf"), 503: _UNAVAILABLE}
+
 
 def start_jobs(pool: Any, settings: Settings) -> Any:
     """The job store of the app: in Ray for a Ray backend, else threads on the pool."""
@@ -97,10 +113,7 @@ def _not_found(job_id: str) -> ProblemError:
     summary="Submit a verification or a run as an asynchronous job (202, Location)",
     response_class=Response,
     status_code=202,
-    responses={**docs.responses("JobStatus", "JobStatus"),
-               202: {"description": "Accepted; poll the Location",
-                     "content": {"application/json": {
-                         "schema": {"$ref": docs.SCHEMA_PREFIX + "JobStatus"}}}}},
+    responses=_submit_responses(),
     openapi_extra=docs.request_body(
         "JobRequest", {"verify": {"verify": docs.VERIFY_REQUEST}}, "JobRequest"),
 )
@@ -124,7 +137,7 @@ async def submit_job(request: Request) -> Response:
 
 
 @router.get("/jobs/{job_id}", summary="Status, progress and result of a job",
-            response_class=Response, responses=docs.responses("JobStatus", "JobStatus"))
+            response_class=Response, responses=_status_responses())
 def get_job(job_id: str, request: Request) -> Response:
     """The job's status; its answer when ``done``, its problem when ``failed``."""
     jobs = _jobs(request)
@@ -136,7 +149,7 @@ def get_job(job_id: str, request: Request) -> Response:
 
 
 @router.delete("/jobs/{job_id}", summary="Cancel a job",
-               response_class=Response, responses=docs.responses("JobStatus", "JobStatus"))
+               response_class=Response, responses=_status_responses())
 def cancel_job(job_id: str, request: Request) -> Response:
     """Cancel a queued or running job (a finished one is left as it is); its status."""
     jobs = _jobs(request)
