@@ -115,3 +115,13 @@ def test_unknown_job_and_empty_request(jobs_client: TestClient) -> None:
 
 def test_jobs_without_workers_are_refused(client: TestClient) -> None:
     assert_problem(client.post("/v1/jobs", json={"run": docs.RUN_REQUEST}), 503)
+
+
+def test_openapi_jobs_example_runs(jobs_client: TestClient) -> None:
+    spec = jobs_client.get("/openapi.json").json()
+    content = spec["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]
+    for ex in content["application/json"]["examples"].values():
+        r = jobs_client.post("/v1/jobs", json=ex["value"])
+        assert r.status_code == 202, r.text
+        body = wait_done(jobs_client, r.headers["location"])
+        assert body["status"] == "done" and body["verify"]["report"]["passed"] is True
