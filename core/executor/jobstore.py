@@ -285,15 +285,21 @@ class RayJobs:
         self.ttl_s = ttl_s
         self.work = work
         self.config = config
-        actor = ray.remote(RayStore).options(
+        self._actor = ray.remote(RayStore).options(
             name=STORE_NAME, namespace=backend.namespace, lifetime="detached",
             get_if_exists=True, num_cpus=0, max_restarts=0,
         )
-        self._store = actor.remote(ttl_s, max_jobs)
+        self._max_jobs = max_jobs
+        self._store = self._actor.remote(ttl_s, max_jobs)
         self._ray = ray
 
     def _call(self, method: str, *args: Any) -> Any:
-        return self._ray.get(getattr(self._store, method).remote(*args), timeout=30)
+        try:
+            return self._ray.get(getattr(self._store, method).remote(*args), timeout=30)
+        except self._ray.exceptions.RayActorError:
+            # the store died (its jobs with it): a new one serves the jobs from now on
+            self._store = self._actor.remote(self.ttl_s, self._max_jobs)
+            return self._ray.get(getattr(self._store, method).remote(*args), timeout=30)
 
     def submit(self, kind: str, request: bytes) -> JobRecord:
         """Queue a job in the cluster; its record (``BusyError`` when too many are kept)."""
