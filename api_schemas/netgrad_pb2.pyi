@@ -353,3 +353,39 @@ class Health(_message.Message):
     version: str
     workers: int
     def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., workers: _Optional[int] = ...) -> None: ...
+
+class JobRequest(_message.Message):
+    __slots__ = ("verify", "run")
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    verify: VerifyRequest
+    run: RunRequest
+    def __init__(self, verify: _Optional[_Union[VerifyRequest, _Mapping]] = ..., run: _Optional[_Union[RunRequest, _Mapping]] = ...) -> None: ...
+
+class JobProgress(_message.Message):
+    __slots__ = ("done", "total")
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    done: int
+    total: int
+    def __init__(self, done: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("id", "status", "kind", "progress", "verify", "run", "error", "ttl_s")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    status: str
+    kind: str
+    progress: JobProgress
+    verify: VerifyResponse
+    run: RunResponse
+    error: Problem
+    ttl_s: float
+    def __init__(self, id: _Optional[str] = ..., status: _Optional[str] = ..., kind: _Optional[str] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., verify: _Optional[_Union[VerifyResponse, _Mapping]] = ..., run: _Optional[_Union[RunResponse, _Mapping]] = ..., error: _Optional[_Union[Problem, _Mapping]] = ..., ttl_s: _Optional[float] = ...) -> None: ...

@@ -147,6 +147,66 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                          'description': 'How to draw its value.'}},
                'required': ['blob'],
                'additionalProperties': False},
+ 'JobProgress': {'type': 'object',
+                 'title': 'JobProgress',
+                 'description': 'How far a job got, in executor jobs (a fanned-out full-mode '
+                                'check counts its chunks).',
+                 'properties': {'done': {'anyOf': [{'type': 'integer', 'format': 'int32'},
+                                                   {'type': 'null'}],
+                                         'description': 'Executor jobs finished.'},
+                                'total': {'anyOf': [{'type': 'integer', 'format': 'int32'},
+                                                    {'type': 'null'}],
+                                          'description': 'Executor jobs in all (known once the '
+                                                         'job is running; 0 before).'}},
+                 'additionalProperties': False},
+ 'JobRequest': {'type': 'object',
+                'title': 'JobRequest',
+                'description': 'POST /v1/jobs: a verification or a run as an asynchronous job '
+                               '(202 Accepted, Location /v1/jobs/{id}); give exactly one of the '
+                               'two.',
+                'properties': {'verify': {'anyOf': [{'$ref': '#/components/schemas/VerifyRequest'},
+                                                    {'type': 'null'}],
+                                          'description': 'A /v1/verify request (full-mode checks '
+                                                         "fan out over the executor's workers)."},
+                               'run': {'anyOf': [{'$ref': '#/components/schemas/RunRequest'},
+                                                 {'type': 'null'}],
+                                       'description': 'A /v1/run request.'}},
+                'additionalProperties': False},
+ 'JobStatus': {'type': 'object',
+               'title': 'JobStatus',
+               'description': 'GET /v1/jobs/{id} (and the answers of POST and DELETE): the state '
+                              'of an asynchronous job.',
+               'properties': {'id': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
+                                     'description': 'The job id (the last segment of its '
+                                                    'Location).'},
+                              'status': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
+                                         'description': 'queued | running | done | failed | '
+                                                        'cancelled.'},
+                              'kind': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
+                                       'description': '"verify" or "run".'},
+                              'progress': {'anyOf': [{'$ref': '#/components/schemas/JobProgress'},
+                                                     {'type': 'null'}],
+                                           'description': 'Executor jobs done of total.'},
+                              'verify': {'anyOf': [{'$ref': '#/components/schemas/VerifyResponse'},
+                                                   {'type': 'null'}],
+                                         'description': 'When done: the answer /v1/verify would '
+                                                        'have given.'},
+                              'run': {'anyOf': [{'$ref': '#/components/schemas/RunResponse'},
+                                                {'type': 'null'}],
+                                      'description': 'When done: the answer /v1/run would have '
+                                                     'given.'},
+                              'error': {'anyOf': [{'$ref': '#/components/schemas/Problem'},
+                                                  {'type': 'null'}],
+                                        'description': 'When failed: the problem the synchronous '
+                                                       'route would have answered (its status '
+                                                       'too).'},
+                              'ttl_s': {'anyOf': [{'type': 'number', 'format': 'double'},
+                                                  {'enum': ['NaN', 'Infinity', '-Infinity']},
+                                                  {'type': 'null'}],
+                                        'description': 'Seconds the finished job stays '
+                                                       'retrievable (NETGRAD_JOB_TTL_S); then GET '
+                                                       'is 404.'}},
+               'additionalProperties': False},
  'NetGradientRequest': {'type': 'object',
                         'title': 'NetGradientRequest',
                         'description': 'POST /v1/gradients/net: AddGradientOperators as a '

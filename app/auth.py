@@ -22,6 +22,7 @@ problem+json with ``Retry-After``. :class:`KeyLimitedPool` wraps the worker pool
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -29,7 +30,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,9 +311,27 @@ class KeyLimitedPool:
             HeaderProblem: 429 ``too_many_jobs`` with ``Retry-After`` when the key has its
                 limit of jobs in flight; anything the wrapped ``submit`` raises.
         """
+        with self._slot():
+            return self._pool.submit(fn, *args)
+
+    def map(self, fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]],
+            **kwargs: Any) -> list[Any]:
+        """The executor backend's ordered ``map`` (a full-mode fan-out), as ONE job of the key.
+
+        Raises:
+            HeaderProblem: as :meth:`submit`; anything the backend's ``map`` raises.
+        """
+        from core.executor.backends import as_backend
+
+        with self._slot():
+            return as_backend(self._pool).map(fn, args_list, **kwargs)
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[None]:
         key = _current_key.get()
         if key is None:
-            return self._pool.submit(fn, *args)
+            yield
+            return
         limit = key.max_jobs or self._default
         with self._lock:
             n = self._in_flight.get(key.name, 0)
@@ -325,7 +344,7 @@ class KeyLimitedPool:
                 )
             self._in_flight[key.name] = n + 1
         try:
-            return self._pool.submit(fn, *args)
+            yield
         finally:
             with self._lock:
                 self._in_flight[key.name] -= 1

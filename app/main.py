@@ -17,7 +17,7 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__, operations
 from app.api import docs, openapi_doc
-from app.api.routes import gradients, health, operators, run, ui, verify
+from app.api.routes import gradients, health, jobs, operators, run, ui, verify
 from app.errors import install_handlers
 from app.settings import Settings, get_settings
 from core.ops import load_all
@@ -74,6 +74,14 @@ def _start_pool(settings: Settings) -> Any:
         max_elements=settings.job_max_elements,
         max_loop_iterations=settings.job_max_iterations,
     )
+    if settings.executor != "pool":
+        from core.executor import backends
+
+        return backends.make_backend(
+            settings.executor, settings.workers, run_limits, ray_address=settings.ray_address,
+            ray_task_memory_bytes=settings.ray_task_memory_bytes,
+            queue_timeout_s=settings.queue_timeout_s,
+        )
     return pool.WorkerPool(
         settings.workers, run_limits, queue_timeout_s=settings.queue_timeout_s
     )
@@ -122,13 +130,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # reinstall under a running server (the README's second command) must not turn
         # later requests into import errors.
         load_all()
-        pool = _start_pool(app.dependency_overrides.get(get_settings, get_settings)())
+        settings_now = app.dependency_overrides.get(get_settings, get_settings)()
+        pool = _start_pool(settings_now)
         app.state.pool = pool
+        app.state.jobs = jobs.start_jobs(pool, settings_now)
         _freeze_startup_objects()
         try:
             yield
         finally:
             app.state.pool = None
+            if app.state.jobs is not None:
+                app.state.jobs.close()
+            app.state.jobs = None
             if pool is not None:
                 pool.close()
 
@@ -145,12 +158,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
+    app.state.jobs = None
     app.router.redirect_slashes = False  # a trailing slash is a 404 that names the route
     install_handlers(app)
     keys = operations.install(app, settings or get_settings())  # metrics, health, keys, logs
     app.include_router(gradients.router, **keys)
     app.include_router(verify.router, **keys)
     app.include_router(run.router, **keys)
+    app.include_router(jobs.router, **keys)
     app.include_router(operators.router, **keys)
     app.include_router(health.router)
     app.include_router(ui.router)

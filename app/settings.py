@@ -51,6 +51,15 @@ class Settings(BaseSettings):
             ``/metrics`` (health stays open).
         key_max_jobs: verification/run jobs one API key may have in flight (429 above).
         cors_origins: comma-separated origins allowed by CORS (``*`` for any); empty = off.
+
+    Execution backend and asynchronous jobs (issue 13):
+        executor: where execution jobs run: ``pool`` (this server's worker processes) or
+            ``ray`` (a Ray cluster; ``pip install 'netgrad[ray]'``).
+        ray_address: the Ray cluster (``host:port`` of its head, or ``ray://host:10001``);
+            unset: ``auto`` (a cluster started on this machine with ``ray start``).
+        ray_task_memory_bytes: Ray ``memory`` resource each Ray task reserves.
+        job_ttl_s: seconds a finished asynchronous job (``/v1/jobs``) stays retrievable.
+        max_jobs: most asynchronous jobs kept at once (503 above).
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -75,6 +84,11 @@ class Settings(BaseSettings):
     protect_docs: bool = False
     key_max_jobs: int = Field(default=2, ge=1)
     cors_origins: str = ""
+    executor: Literal["pool", "ray"] = "pool"
+    ray_address: str = "auto"
+    ray_task_memory_bytes: int = Field(default=512 * 1024**2, ge=1)
+    job_ttl_s: float = Field(default=3600.0, gt=0)
+    max_jobs: int = Field(default=1000, ge=1)
 
 
 @lru_cache

@@ -13,8 +13,9 @@ from typing import Any
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api.wire import Ys, report_pb
 from app.errors import ProblemError
+from core.executor.backends import Cancelled, Progress
 from core.types import Diagnostic, GradValue
-from core.verify import VerifyOptions, VerifyReport, verify_net
+from core.verify import VerifyOptions, VerifyReport, fanout, verify_net
 from core.verify.init_net import prepare_inputs
 
 
@@ -46,6 +47,8 @@ def run_verification(
     known: Sequence[Diagnostic] = (),
     densify: bool = False,
     init_net: caffe2_pb2.NetDef | None = None,
+    progress: Progress | None = None,
+    cancelled: Cancelled | None = None,
 ) -> Checked:
     """Check the gradient of ``net`` numerically in a worker process.
 
@@ -57,6 +60,8 @@ def run_verification(
         known: diagnostics the caller already reports (left out of the report's own list).
         densify: generate with ``densify`` (sparse and dense gradients of a blob summed).
         init_net: run first; the blobs it writes are fed (explicit inputs win).
+        progress, cancelled: for async jobs (see :func:`core.verify.fanout.numeric`); a
+            full-mode check fans out over the executor's workers either way.
 
     Raises:
         ProblemError: 503 when no worker pool runs.
@@ -74,6 +79,7 @@ def run_verification(
     res = verify_net(
         net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute,
         densify=densify,
+        runner=lambda job: fanout.numeric(job, pool, progress=progress, cancelled=cancelled),
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)

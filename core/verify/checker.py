@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
 from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradientSlice, GradValue
-from core.verify.kinks import KINKS, kink_distances
+from core.verify.kinks import KINK_MARGIN, KinkScanner, kink_diagnostics
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
     MODES,
     BlobReport,
@@ -61,73 +61,8 @@ from core.verify.specs import (  # the request and report types are re-exported 
 NetDef = caffe2_pb2.NetDef
 OperatorDef = caffe2_pb2.OperatorDef
 
-#: A kink closer than ``KINK_MARGIN · step`` to the evaluation point is reported.
-KINK_MARGIN = 10.0
-_KINK_OPS = ("Relu", "LeakyRelu", "PRelu", "Abs")
-_MAXPOOL_OPS = ("MaxPool", "MaxPool1D", "MaxPool2D", "MaxPool3D")
-_COMPARISON_OPS = ("LT", "LE", "GT", "GE", "EQ", "NE")
 #: Most random directions one fast-mode check may take per input.
 MAX_PASSES = 1000
-
-
-# --- non-differentiable points --------------------------------------------------------------
-@dataclass
-class _Kink:
-    path: str
-    op_type: str
-    blob: str
-    distances: np.ndarray  # smallest distances to the kink (at most 1000)
-
-
-class _KinkScanner:
-    """Executor observer that records distances to kinks (before in-place overwrites)."""
-
-    def __init__(self) -> None:
-        self.found: list[_Kink] = []
-
-    def __call__(self, op: OperatorDef, inputs: list[np.ndarray], path: str) -> None:
-        if not inputs or inputs[0].dtype.kind != "f" or inputs[0].size == 0:
-            return
-        dist: np.ndarray | None = None
-        if op.type in _KINK_OPS:
-            dist = np.abs(inputs[0]).reshape(-1)
-        elif op.type in _MAXPOOL_OPS:
-            dist = _maxpool_gaps(op, inputs[0])
-        elif op.type in _COMPARISON_OPS and len(inputs) == 2:
-            # a comparison on a tie (a loop counter reaching its limit, an If condition at
-            # its threshold) jumps under any perturbation: the net is not differentiable there
-            try:
-                dist = np.abs(np.asarray(inputs[0], dtype=np.float64)
-                              - np.asarray(inputs[1], dtype=np.float64)).reshape(-1)
-            except ValueError:  # shapes the kernel itself will refuse
-                dist = None
-        elif (found := kink_distances(op, inputs)) is not None:  # issue-8b ops (kinks.py)
-            dist = found[0]
-        if dist is not None and dist.size:
-            k = min(1000, dist.size)
-            smallest = np.partition(dist, k - 1)[:k] if k < dist.size else dist
-            self.found.append(_Kink(path, op.type, op.input[0], np.asarray(smallest)))
-
-
-def _maxpool_gaps(op: OperatorDef, x: np.ndarray) -> np.ndarray | None:
-    """Per window: largest minus second-largest value (0 = a tie), or ``None`` if unknown."""
-    try:
-        from core.ops import nn
-    except ImportError:  # pragma: no cover - kernels not present
-        return None
-    try:
-        _order, xc, geo = nn._pool_setup(op, [x])
-        cols = nn._windows(nn._pad(xc, geo, -np.inf), geo)
-    except Exception:  # the kernel itself will report bad arguments
-        return None
-    nk = len(geo.kernel)
-    shape = tuple(int(d) for d in np.shape(cols))
-    win = np.reshape(cols, shape[:2] + (-1,) + shape[2 + nk:])
-    if np.shape(win)[2] < 2:
-        return None
-    top2 = -np.partition(-win, 1, axis=2)[:, :, :2]
-    gap = top2[:, :, 0] - top2[:, :, 1]
-    return np.asarray(gap[np.isfinite(gap)]).reshape(-1)
 
 
 # --- the job --------------------------------------------------------------------------------
@@ -250,15 +185,35 @@ def _errors(a: np.ndarray, n: np.ndarray, atol: float, rtol: float) -> tuple[
     return abs_err, rel, excess
 
 
-def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
-    """The numeric part of :func:`verify_net` (runs in a worker or in-process).
+@dataclass
+class _Prepared:
+    """The state every numeric check of a job starts from (see :func:`_prepare`)."""
 
-    Raises:
-        InvalidRequestError: bad inputs, a checked blob that is not fed, a non-float ``y``.
-        ExecutionError, LimitExceededError, InvalidNetError: from running the nets.
-    """
+    net: NetDef
+    feeds: dict[str, np.ndarray]
+    check: list[str]
+    ctx: ExecContext
+    weights: dict[str, np.ndarray]
+    step: float
+    diagnostics: list[Diagnostic]
+    kink_note: str
+    grad_ws: Workspace | None
+
+
+def _feeds(job: _Job, limits: RunLimits) -> dict[str, np.ndarray]:
+    """The fed inputs of ``job``: materialized, cast to float64 if asked, read-only."""
     opts = job.options
-    limits = job.limits or default_limits()
+    feeds = materialize_inputs(opts.inputs, opts.seed, limits)
+    if opts.cast_float64:
+        feeds = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+    return {k: _readonly(v) for k, v in feeds.items()}  # snapshot (bug-cases row 11)
+
+
+def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
+             with_gradient: bool = True) -> _Prepared:
+    """Validate, feed, run the forward net (kink scan), draw the loss weights, pick the step
+    and (``with_gradient``) run the gradient net. Call inside ``element_cap(limits)``."""
+    opts = job.options
     net = NetDef.FromString(job.net)
     grad_net = NetDef(name=f"{net.name}_grad")
     for raw in job.grad_ops:
@@ -267,10 +222,7 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
     validate_net(grad_net, "grad_ops/")
     diagnostics: list[Diagnostic] = []
 
-    feeds = materialize_inputs(opts.inputs, opts.seed, limits)
-    if opts.cast_float64:
-        feeds = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
-    feeds = {k: _readonly(v) for k, v in feeds.items()}  # snapshot (bug-cases row 11)
+    feeds = _feeds(job, limits)
     ws_probe = Workspace()
     feed_blobs(ws_probe, feeds, limits)  # validates dtypes and sizes
     check = list(opts.check) if opts.check is not None else [
@@ -283,30 +235,29 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
             raise InvalidRequestError(f"check names '{blob}', which is not a float input")
 
     ctx = ExecContext(limits)
-    scanner = _KinkScanner()
-    with element_cap(limits):
-        base_ctx = ExecContext(limits, ctx.deadline, scanner)
-        base = _run(base_ctx, net, feeds)
-        rng = np.random.default_rng(opts.seed)
-        weights: dict[str, np.ndarray] = {}
-        all_f64 = True
-        for y in job.seeds:
-            yv = base.get(y)
-            if not isinstance(yv, np.ndarray) or yv.dtype.kind != "f":
-                kind = getattr(yv, "dtype", type(yv).__name__)
-                raise InvalidRequestError(f"y '{y}' is {kind}, not a float tensor")
-            all_f64 = all_f64 and bool(yv.dtype == np.float64)
-            weights[y] = np.asarray(rng.standard_normal(yv.shape))
-        step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
-        if not all_f64:
-            diagnostics.append(Diagnostic(
-                "warning", "low_precision_output",
-                "an output is not float64 (the net computes in lower precision): finite "
-                f"differences use step {step} and may be inexact",
-                blobs=tuple(y for y in job.seeds if base.get(y).dtype != np.float64),
-            ))
-        kink_note = _kink_diagnostics(scanner.found, KINK_MARGIN * step, diagnostics)
-
+    scanner = KinkScanner()
+    base_ctx = ExecContext(limits, ctx.deadline, scanner)
+    base = _run(base_ctx, net, feeds)
+    weights: dict[str, np.ndarray] = {}
+    all_f64 = True
+    for y in job.seeds:
+        yv = base.get(y)
+        if not isinstance(yv, np.ndarray) or yv.dtype.kind != "f":
+            kind = getattr(yv, "dtype", type(yv).__name__)
+            raise InvalidRequestError(f"y '{y}' is {kind}, not a float tensor")
+        all_f64 = all_f64 and bool(yv.dtype == np.float64)
+        weights[y] = np.asarray(rng.standard_normal(yv.shape))
+    step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
+    if not all_f64:
+        diagnostics.append(Diagnostic(
+            "warning", "low_precision_output",
+            "an output is not float64 (the net computes in lower precision): finite "
+            f"differences use step {step} and may be inexact",
+            blobs=tuple(y for y in job.seeds if base.get(y).dtype != np.float64),
+        ))
+    kink_note = kink_diagnostics(scanner.found, KINK_MARGIN * step, diagnostics)
+    grad_ws = None
+    if with_gradient:
         seeds = {
             job.seeds[y]: _readonly(w.astype(base.get(y).dtype)) for y, w in weights.items()
         }
@@ -316,78 +267,98 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
             if callable(saved):
                 diagnostics.append(Diagnostic("info", "saved_step_workspaces", saved(),
                                               blobs=(name,)))
+    return _Prepared(net, feeds, check, ctx, weights, step, diagnostics, kink_note, grad_ws)
 
+
+def _analytic_or_report(p: _Prepared, job: _Job, blob: str) -> tuple[
+        np.ndarray | None, str, BlobReport | None]:
+    """The analytic gradient of ``blob`` and a note, or the failed report when it is missing."""
+    x = p.feeds[blob]
+    g = job.grad_map.get(blob)
+    gname = ",".join(g) if isinstance(g, GradientSlice) else g
+    if g is None:
+        note = "no gradient was generated: the analytic gradient is taken as zero"
+        return np.zeros(x.shape, dtype=np.float64), note, None
+    try:
+        if p.grad_ws is None:
+            raise ExecutionError("the gradient net was not run")
+        return _analytic(p.grad_ws, blob, g, x), "", None
+    except ExecutionError as exc:
+        return None, "", BlobReport(blob, False, math.inf, math.inf, None, None, None,
+                                    gname, 0, bool(p.kink_note), exc.message)
+
+
+def _finish(rep: BlobReport, job: _Job, blob: str, note: str, kink_note: str) -> BlobReport:
+    g = job.grad_map.get(blob)
+    rep.gradient = ",".join(g) if isinstance(g, GradientSlice) else g
+    rep.nondifferentiable = bool(kink_note)
+    notes = [n for n in (note, kink_note if not rep.passed else "") if n]
+    rep.note = "; ".join(notes)
+    return rep
+
+
+def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
+    """The numeric part of :func:`verify_net` (runs in a worker or in-process).
+
+    Raises:
+        InvalidRequestError: bad inputs, a checked blob that is not fed, a non-float ``y``.
+        ExecutionError, LimitExceededError, InvalidNetError: from running the nets.
+    """
+    opts = job.options
+    limits = job.limits or default_limits()
+    rng = np.random.default_rng(opts.seed)
+    with element_cap(limits):
+        p = _prepare(job, limits, rng)
         reports: list[BlobReport] = []
-        for blob in check:
-            x = feeds[blob]
-            g = job.grad_map.get(blob)
-            gname = ",".join(g) if isinstance(g, GradientSlice) else g
-            note = ""
-            if g is None:
-                a = np.zeros(x.shape, dtype=np.float64)
-                note = "no gradient was generated: the analytic gradient is taken as zero"
-            else:
-                try:
-                    a = _analytic(grad_ws, blob, g, x)
-                except ExecutionError as exc:
-                    reports.append(BlobReport(blob, False, math.inf, math.inf, None, None, None,
-                                              gname, 0, bool(kink_note), exc.message))
-                    continue
+        for blob in p.check:
+            x = p.feeds[blob]
+            a, note, failed = _analytic_or_report(p, job, blob)
+            if failed is not None:
+                reports.append(failed)
+                continue
+            if a is None:  # pragma: no cover - a report is given whenever a is None
+                continue
 
             def loss_at(xv: np.ndarray, name: str = blob) -> float:
-                return _loss(ctx, net, {**feeds, name: _readonly(xv)}, weights)
+                return _loss(p.ctx, p.net, {**p.feeds, name: _readonly(xv)}, p.weights)
 
             if opts.mode == "full":
-                rep = _full(blob, x, a, loss_at, step, opts.atol, opts.rtol)
+                num = full_numeric(x, loss_at, p.step, 0, x.size)
+                rep = full_report(blob, x, a, num, opts.atol, opts.rtol)
             else:
-                rep = _fast(blob, x, a, loss_at, step, opts, rng)
-            rep.gradient = gname
-            rep.nondifferentiable = bool(kink_note)
-            notes = [n for n in (note, kink_note if not rep.passed else "") if n]
-            rep.note = "; ".join(notes)
-            reports.append(rep)
-    report = VerifyReport(all(r.passed for r in reports), opts.mode, step, opts.atol,
+                rep = _fast(blob, x, a, loss_at, p.step, opts, rng)
+            reports.append(_finish(rep, job, blob, note, p.kink_note))
+    report = VerifyReport(all(r.passed for r in reports), opts.mode, p.step, opts.atol,
                           opts.rtol, reports)
-    return report, diagnostics
+    return report, p.diagnostics
 
 
-def _kink_diagnostics(found: list[_Kink], tol: float, out: list[Diagnostic]) -> str:
-    notes: list[str] = []
-    for k in found:
-        n = int(np.count_nonzero(k.distances <= tol))
-        if n == 0:
-            continue
-        what = "window ties" if k.op_type in _MAXPOOL_OPS else "inputs near the kink at 0"
-        if k.op_type in KINKS:
-            what = KINKS[k.op_type][1]
-        count = f"{n}+" if n == k.distances.size == 1000 else str(n)
-        msg = (f"{k.path}: {count} {what} (within {tol:g}); the op is not differentiable "
-               "there, so finite differences may disagree with the gradient")
-        out.append(Diagnostic("warning", "nondifferentiable_point", msg,
-                              op_type=k.op_type, path=k.path, blobs=(k.blob,)))
-        notes.append(f"{k.path} ({count} {what})")
-    if not notes:
-        return ""
-    return "non-differentiable points in the forward run: " + ", ".join(notes)
-
-
-def _full(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float, atol: float,
-          rtol: float) -> BlobReport:
-    num = np.zeros(x.shape, dtype=np.float64)
+def full_numeric(x: np.ndarray, loss_at: Any, step: float, lo: int, hi: int) -> np.ndarray:
+    """Central differences ``(L(x+h·e_i) − L(x−h·e_i)) / (x_i⁺ − x_i⁻)`` for flat ``lo <= i <
+    hi`` (float64, ``hi - lo`` values); each element is perturbed alone, so any split of the
+    range into chunks gives the same values (full-mode fan-out)."""
+    out = np.zeros(hi - lo, dtype=np.float64)
     work = np.array(x, dtype=x.dtype, copy=True)
     flat = work.reshape(-1)
-    for i in range(flat.size):
+    for i in range(lo, hi):
         orig = flat[i]
         flat[i] = orig + step
-        hi = float(flat[i])  # the step actually taken (rounded in low precision)
+        hi_v = float(flat[i])  # the step actually taken (rounded in low precision)
         plus = loss_at(work)
         flat[i] = orig - step
-        lo = float(flat[i])
+        lo_v = float(flat[i])
         minus = loss_at(work)
         flat[i] = orig
-        num.reshape(-1)[i] = (plus - minus) / (hi - lo)
+        out[i - lo] = (plus - minus) / (hi_v - lo_v)
+    return out
+
+
+def full_report(blob: str, x: np.ndarray, a: np.ndarray, numeric: np.ndarray, atol: float,
+                rtol: float) -> BlobReport:
+    """The full-mode report of ``blob`` from its analytic and numeric gradients."""
     if x.size == 0:
         return BlobReport(blob, True, 0.0, 0.0, None, None, None, None, 0)
+    num = numeric.reshape(x.shape)
     abs_err, rel, excess = _errors(a, num, atol, rtol)
     worst = int(np.argmax(excess))
     widx = [int(i) for i in np.unravel_index(worst, x.shape)]
@@ -468,6 +439,7 @@ def verify_net(
     limits: RunLimits | None = None,
     recompute: bool = False,
     densify: bool = False,
+    runner: Callable[[_Job], tuple[VerifyReport, list[Diagnostic]]] | None = None,
 ) -> VerifyResult:
     """Generate the gradient of ``net`` and check it against central differences.
 
@@ -487,6 +459,8 @@ def verify_net(
         limits: job limits (default: the pool's / process defaults).
         recompute: generate with ``recompute`` (see :func:`core.api.gradient_for_net`).
         densify: generate with ``densify`` (see :func:`core.api.gradient_for_net`).
+        runner: runs the numeric job instead of ``pool`` (e.g. the fan-out of
+            :func:`core.verify.fanout.numeric`).
 
     Returns:
         The report, the gradient ops checked, the grad map and diagnostics.
@@ -518,7 +492,9 @@ def verify_net(
         dataclasses.replace(options),
         limits,
     )
-    if pool is not None:
+    if runner is not None:
+        report, diags = runner(job)
+    elif pool is not None:
         report, diags = pool.submit(run_check, job)
     else:
         report, diags = run_check(job)

@@ -1,6 +1,6 @@
 """Where the issue-8b ops are not differentiable: distances of a forward run to their kinks.
 
-``/v1/verify`` scans every forward op it runs (:class:`core.verify.checker._KinkScanner`);
+``/v1/verify`` scans every forward op it runs (:class:`KinkScanner`, below);
 for the op types listed in :data:`KINKS` it asks the function here for the distance of each
 element to the nearest non-differentiable point. Within ``KINK_MARGIN · step`` of one, finite
 differences straddle the kink and may disagree with the (one-sided) gradient, so the report
@@ -15,11 +15,13 @@ module is imported, so the import graph stays a DAG.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from api_schemas import caffe2_pb2
+from core.types import Diagnostic
 
 OperatorDef = caffe2_pb2.OperatorDef
 Array = np.ndarray[Any, Any]
@@ -187,3 +189,90 @@ def kink_distances(op: OperatorDef, inputs: Sequence[Array]) -> tuple[Array, str
     if dist is None or not np.size(dist):
         return None
     return np.asarray(dist, dtype=np.float64).reshape(-1), what
+
+
+# --- the scanner /v1/verify runs over the forward net (moved from checker.py) ---------------
+#: A kink closer than ``KINK_MARGIN · step`` to the evaluation point is reported.
+KINK_MARGIN = 10.0
+_KINK_OPS = ("Relu", "LeakyRelu", "PRelu", "Abs")
+_MAXPOOL_OPS = ("MaxPool", "MaxPool1D", "MaxPool2D", "MaxPool3D")
+_COMPARISON_OPS = ("LT", "LE", "GT", "GE", "EQ", "NE")
+
+
+@dataclass
+class Kink:
+    path: str
+    op_type: str
+    blob: str
+    distances: np.ndarray  # smallest distances to the kink (at most 1000)
+
+
+class KinkScanner:
+    """Executor observer that records distances to kinks (before in-place overwrites)."""
+
+    def __init__(self) -> None:
+        self.found: list[Kink] = []
+
+    def __call__(self, op: OperatorDef, inputs: list[np.ndarray], path: str) -> None:
+        if not inputs or inputs[0].dtype.kind != "f" or inputs[0].size == 0:
+            return
+        dist: np.ndarray | None = None
+        if op.type in _KINK_OPS:
+            dist = np.abs(inputs[0]).reshape(-1)
+        elif op.type in _MAXPOOL_OPS:
+            dist = _maxpool_gaps(op, inputs[0])
+        elif op.type in _COMPARISON_OPS and len(inputs) == 2:
+            # a comparison on a tie (a loop counter reaching its limit, an If condition at
+            # its threshold) jumps under any perturbation: the net is not differentiable there
+            try:
+                dist = np.abs(np.asarray(inputs[0], dtype=np.float64)
+                              - np.asarray(inputs[1], dtype=np.float64)).reshape(-1)
+            except ValueError:  # shapes the kernel itself will refuse
+                dist = None
+        elif (found := kink_distances(op, inputs)) is not None:  # issue-8b ops (kinks.py)
+            dist = found[0]
+        if dist is not None and dist.size:
+            k = min(1000, dist.size)
+            smallest = np.partition(dist, k - 1)[:k] if k < dist.size else dist
+            self.found.append(Kink(path, op.type, op.input[0], np.asarray(smallest)))
+
+
+def _maxpool_gaps(op: OperatorDef, x: np.ndarray) -> np.ndarray | None:
+    """Per window: largest minus second-largest value (0 = a tie), or ``None`` if unknown."""
+    try:
+        from core.ops import nn
+    except ImportError:  # pragma: no cover - kernels not present
+        return None
+    try:
+        _order, xc, geo = nn._pool_setup(op, [x])
+        cols = nn._windows(nn._pad(xc, geo, -np.inf), geo)
+    except Exception:  # the kernel itself will report bad arguments
+        return None
+    nk = len(geo.kernel)
+    shape = tuple(int(d) for d in np.shape(cols))
+    win = np.reshape(cols, shape[:2] + (-1,) + shape[2 + nk:])
+    if np.shape(win)[2] < 2:
+        return None
+    top2 = -np.partition(-win, 1, axis=2)[:, :, :2]
+    gap = top2[:, :, 0] - top2[:, :, 1]
+    return np.asarray(gap[np.isfinite(gap)]).reshape(-1)
+
+
+def kink_diagnostics(found: list[Kink], tol: float, out: list[Diagnostic]) -> str:
+    notes: list[str] = []
+    for k in found:
+        n = int(np.count_nonzero(k.distances <= tol))
+        if n == 0:
+            continue
+        what = "window ties" if k.op_type in _MAXPOOL_OPS else "inputs near the kink at 0"
+        if k.op_type in KINKS:
+            what = KINKS[k.op_type][1]
+        count = f"{n}+" if n == k.distances.size == 1000 else str(n)
+        msg = (f"{k.path}: {count} {what} (within {tol:g}); the op is not differentiable "
+               "there, so finite differences may disagree with the gradient")
+        out.append(Diagnostic("warning", "nondifferentiable_point", msg,
+                              op_type=k.op_type, path=k.path, blobs=(k.blob,)))
+        notes.append(f"{k.path} ({count} {what})")
+    if not notes:
+        return ""
+    return "non-differentiable points in the forward run: " + ", ".join(notes)

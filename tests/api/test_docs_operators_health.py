@@ -38,7 +38,8 @@ def test_openapi_refs_resolve_and_document_utf8(client: TestClient) -> None:
 def test_every_post_endpoint_has_a_runnable_example(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     posts = {p: ops["post"] for p, ops in spec["paths"].items() if "post" in ops}
-    assert set(posts) == {"/v1/gradients/op", "/v1/gradients/net", "/v1/verify", "/v1/run"}
+    assert set(posts) == {"/v1/gradients/op", "/v1/gradients/net", "/v1/verify", "/v1/run",
+                          "/v1/jobs"}
     for path, op in posts.items():
         content = op["requestBody"]["content"]
         assert set(content) == {"application/json"}  # binary: described, not offered
@@ -47,7 +48,7 @@ def test_every_post_endpoint_has_a_runnable_example(client: TestClient) -> None:
         assert examples, path
         for ex in examples.values():
             r = client.post(path, json=ex["value"])
-            if path in ("/v1/verify", "/v1/run"):  # no worker pool here: see test_verify.py
+            if path in ("/v1/verify", "/v1/run", "/v1/jobs"):  # no worker pool: test_verify.py
                 assert r.status_code == 503, r.text[:1000]
                 continue
             assert r.status_code == 200, (path, r.text[:1000])

@@ -111,6 +111,8 @@ def test_swagger_authorize_and_try_it_out(keyed: TestClient, keys: tuple[Path, s
                 continue
             assert {"bearer": []} in op["security"] and {"apiKey": []} in op["security"]
             assert {"401", "403", "429"} <= set(op["responses"]), path
+            if "{" in path:  # /v1/jobs/{job_id}: needs a job made first (tests/api/test_jobs)
+                continue
             examples = (op.get("requestBody", {}).get("content", {})
                         .get("application/json", {}).get("examples", {}))
             body = next(iter(examples.values()))["value"] if examples else None
@@ -118,7 +120,7 @@ def test_swagger_authorize_and_try_it_out(keyed: TestClient, keys: tuple[Path, s
                 headers = ({"Authorization": f"Bearer {alice}"} if scheme == "bearer"
                            else {"X-API-Key": alice})
                 r = keyed.request(method.upper(), path, json=body, headers=headers)
-                assert r.status_code == 200, (path, scheme, r.text)
+                assert r.status_code in (200, 202), (path, scheme, r.text)
                 tried += 1
     assert tried >= 8
 

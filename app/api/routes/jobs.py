@@ -1,0 +1,169 @@
+"""``/v1/jobs``: verifications and runs as asynchronous jobs (submit, poll, cancel).
+
+``POST /v1/jobs`` takes a ``JobRequest`` (a verify or a run request), answers ``202
+Accepted`` with ``Location: /v1/jobs/{id}`` and the job's status; ``GET /v1/jobs/{id}`` gives
+status, progress and, when done, the answer the synchronous route would have given (when
+failed, its problem); ``DELETE /v1/jobs/{id}`` cancels it. Finished jobs are kept
+``NETGRAD_JOB_TTL_S`` seconds. With ``NETGRAD_EXECUTOR=ray`` the jobs live in the Ray cluster
+(:class:`core.executor.jobstore.RayJobs`), so they outlive this replica; with the pool they
+live as long as this process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from api_schemas import netgrad_pb2
+from app.api import docs, wire
+from app.api.deps import Context, serve
+from app.api.job_work import JobConfig, job_work
+from app.api.negotiation import Body, Media, response_media
+from app.errors import ProblemError
+from app.settings import Settings
+from core.errors import InvalidRequestError
+from core.executor.jobstore import JobRecord, LocalJobs, RayJobs
+from core.executor.limits import RunLimits
+from core.ir.env import GenLimits
+from core.proto.limits import effective_max_depth
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+_UNAVAILABLE = docs._problem("No execution workers (NETGRAD_WORKERS=0), or too many jobs kept")
+_NOT_FOUND = docs._problem("No such job, or its result expired (NETGRAD_JOB_TTL_S)")
+
+
+def _submit_responses() -> dict[int | str, dict[str, Any]]:
+    out = docs.responses("JobStatus", "JobStatus")
+    out[202] = {**out.pop(200), "description": "Accepted: poll the Location header's URL"}
+    out[503] = _UNAVAILABLE
+    return out
+
+
+def _status_responses() -> dict[int | str, dict[str, Any]]:
+    ok = docs.responses("JobStatus", "JobStatus")[200]
+    return {200: ok, 404: _NOT_FOUND, 406: docs._problem("Accept allows neither JSON nor "
+                                                         "protobuf"), 503: _UNAVAILABLE}
+
+
+def start_jobs(pool: Any, settings: Settings) -> Any:
+    """The job store of the app: in Ray for a Ray backend, else threads on the pool."""
+    if pool is None:
+        return None
+    from core.executor.backends import RayBackend, as_backend
+
+    backend = as_backend(pool)
+    limits = backend.limits
+    config = JobConfig(
+        GenLimits(max_depth=effective_max_depth(settings.max_depth), max_ops=settings.max_ops),
+        settings.max_fetch_elements,
+        RunLimits(limits.wall_clock_s, limits.memory_bytes, limits.max_elements,
+                  limits.max_loop_iterations),
+        settings.ray_task_memory_bytes,
+        settings.queue_timeout_s,
+    )
+    if isinstance(backend, RayBackend):
+        return RayJobs(backend, job_work, config, ttl_s=settings.job_ttl_s,
+                       max_jobs=settings.max_jobs)
+    return LocalJobs(backend, job_work, config, ttl_s=settings.job_ttl_s,
+                     max_jobs=settings.max_jobs, threads=backend.size)
+
+
+def _jobs(request: Request) -> Any:
+    jobs = getattr(request.app.state, "jobs", None)
+    if jobs is None:
+        raise ProblemError(503, "jobs_unavailable",
+                           "jobs run in worker processes; start the service with "
+                           "NETGRAD_WORKERS >= 1")
+    return jobs
+
+
+def _status(rec: JobRecord, ttl_s: float) -> netgrad_pb2.JobStatus:
+    msg = netgrad_pb2.JobStatus(id=rec.id, status=rec.status, kind=rec.kind, ttl_s=ttl_s,
+                                progress=netgrad_pb2.JobProgress(done=rec.done,
+                                                                 total=rec.total))
+    if rec.status == "done" and rec.kind == "verify":
+        msg.verify.ParseFromString(rec.payload)
+    elif rec.status == "done":
+        msg.run.ParseFromString(rec.payload)
+    elif rec.status == "failed" and rec.payload:
+        try:
+            msg.error.ParseFromString(rec.payload)
+        except Exception:  # a driver that died reports its reason as text
+            msg.error.CopyFrom(netgrad_pb2.Problem(
+                type="urn:netgrad:problem:job_lost", title="Service Unavailable", status=503,
+                detail="the job's driver died; submit it again"))
+    return msg
+
+
+def _body(request: Request) -> Body:
+    accept, accept_type = response_media(request.headers.get("accept"))
+    return Body(b"", Media.JSON, accept, accept_type)
+
+
+def _not_found(job_id: str) -> ProblemError:
+    return ProblemError(404, "job_not_found",
+                        f"no job '{job_id}': it never existed or its result expired "
+                        "(NETGRAD_JOB_TTL_S after it finished)")
+
+
+@router.post(
+    "/jobs",
+    summary="Submit a verification or a run as an asynchronous job (202, Location)",
+    response_class=Response,
+    status_code=202,
+    responses=_submit_responses(),
+    openapi_extra=docs.request_body(
+        "JobRequest", {"verify": {"verify": docs.VERIFY_REQUEST}}, "JobRequest"),
+)
+async def submit_job(request: Request) -> Response:
+    """Queue the job; its status (``queued``), with ``Location: /v1/jobs/{id}``."""
+    jobs = _jobs(request)
+
+    def submit(body: Body, ctx: Context) -> Response:
+        req = wire.decode(body, netgrad_pb2.JobRequest, ctx.limits.max_depth)
+        kind = req.WhichOneof("job")
+        if kind is None:
+            raise InvalidRequestError.at("give one of 'verify' or 'run'", path="job")
+        inner = getattr(req, kind)
+        rec = jobs.submit(kind, inner.SerializeToString(deterministic=True))
+        resp = wire.respond(body, _status(rec, jobs.ttl_s))
+        resp.status_code = 202
+        resp.headers["Location"] = f"/v1/jobs/{rec.id}"
+        return resp
+
+    return await serve(request, submit, netgrad_pb2.JobRequest, blocking=True)
+
+
+#: The path parameter, declared by hand: read from ``request.path_params`` so that FastAPI adds
+#: no validation-error (422) schema of its own to these routes.
+_JOB_ID = {"parameters": [{"name": "job_id", "in": "path", "required": True,
+                           "description": "The id a POST /v1/jobs answered.",
+                           "schema": {"type": "string"}}]}
+
+
+@router.get("/jobs/{job_id}", summary="Status, progress and result of a job",
+            response_class=Response, responses=_status_responses(), openapi_extra=_JOB_ID)
+def get_job(request: Request) -> Response:
+    """The job's status; its answer when ``done``, its problem when ``failed``."""
+    job_id = request.path_params["job_id"]
+    jobs = _jobs(request)
+    body = _body(request)
+    rec = jobs.get(job_id)
+    if rec is None:
+        raise _not_found(job_id)
+    return wire.respond(body, _status(rec, jobs.ttl_s))
+
+
+@router.delete("/jobs/{job_id}", summary="Cancel a job",
+               response_class=Response, responses=_status_responses(), openapi_extra=_JOB_ID)
+def cancel_job(request: Request) -> Response:
+    """Cancel a queued or running job (a finished one is left as it is); its status."""
+    job_id = request.path_params["job_id"]
+    jobs = _jobs(request)
+    body = _body(request)
+    rec = jobs.cancel(job_id)
+    if rec is None:
+        raise _not_found(job_id)
+    return wire.respond(body, _status(rec, jobs.ttl_s))
