@@ -19,6 +19,7 @@ from app import __version__
 from app.api import docs
 from app.api.routes import gradients, health, operators, run, verify
 from app.errors import install_handlers
+from app.server import BodyTimeoutMiddleware
 from app.settings import Settings, get_settings
 from core.ops import load_all
 from core.proto.limits import DECODER_MAX_DEPTH
@@ -126,6 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             app.state.pool = None
+            held = getattr(app.state, "admission", None)
+            if held is not None:
+                held[1].close()
             if pool is not None:
                 pool.close()
 
@@ -141,6 +145,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
     install_handlers(app)
+    app.add_middleware(
+        BodyTimeoutMiddleware,
+        timeout_s=lambda: app.dependency_overrides.get(get_settings, get_settings)().body_timeout_s,
+    )
     app.include_router(gradients.router)
     app.include_router(verify.router)
     app.include_router(run.router)

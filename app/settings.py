@@ -37,6 +37,30 @@ class Settings(BaseSettings):
             above), so a burst of long jobs cannot pile up requests without bound.
         max_ops: most ops in one request, sub-nets included (413 above): bounds the time
             gradient generation, which runs in the server process, can take.
+
+    Admission, timeouts and memory (issue 14; ``docs/operations.md`` and :mod:`app.api.admission`
+    say how they fit together):
+
+    Attributes:
+        max_generation_inflight: generation requests (``/v1/gradients/*``) in progress at once;
+            503 with ``Retry-After`` above.
+        max_queued_jobs: job requests (``/v1/run``, ``/v1/verify``, verified ``/v1/gradients/net``)
+            waiting for a worker beyond the ``workers`` running; 503 ``workers_busy`` above.
+        large_body_bytes: a body above this many bytes is *large*.
+        max_large_bodies: large bodies read and served at once (503 above); with
+            ``max_body_bytes`` it bounds the server's peak memory (see ``server_memory_bytes``).
+        max_client_inflight: requests in progress from one client address; 429 above.
+        max_json_containers: most JSON objects + arrays in one body, counted while it is read
+            (413 above): bounds what decoding a body can allocate.
+        header_timeout_s: a connection must deliver a request's headers within this (closed
+            otherwise; slowloris).
+        body_timeout_s: a request's body must arrive within this (408 otherwise).
+        keep_alive_s: an idle keep-alive connection is closed after this.
+        max_connections: connections + requests the server handles at once (uvicorn
+            ``limit_concurrency``; 503 above).
+        server_memory_bytes: memory budget of the server process itself (workers excluded);
+            the deployment limit is ``workers * job_memory_bytes + server_memory_bytes``.
+        retry_after_s: ``Retry-After`` of a 503/429 answer.
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -53,6 +77,18 @@ class Settings(BaseSettings):
     max_fetch_elements: int = Field(default=10**6, ge=1)
     queue_timeout_s: float = Field(default=30.0, gt=0)
     max_ops: int = Field(default=200_000, ge=1)
+    max_generation_inflight: int = Field(default=64, ge=1)
+    max_queued_jobs: int = Field(default=16, ge=0)
+    large_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    max_large_bodies: int = Field(default=1, ge=1)
+    max_client_inflight: int = Field(default=64, ge=1)
+    max_json_containers: int = Field(default=2_000_000, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    keep_alive_s: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=4096, ge=1)
+    server_memory_bytes: int = Field(default=2 * 1024**3, ge=64 * 1024**2)
+    retry_after_s: int = Field(default=2, ge=1)
 
 
 @lru_cache

@@ -9,8 +9,9 @@ server threads or sockets are inherited. Per job:
   raises :class:`~core.errors.LimitExceededError`;
 * memory - each worker sets ``RLIMIT_AS`` to ``limits.memory_bytes``; a ``MemoryError``
   becomes :class:`~core.errors.LimitExceededError` and the worker is recycled;
-* crash - a worker that dies mid-job gives :class:`~core.errors.ExecutionError`, and a
-  replacement is started;
+* crash - a worker that dies mid-job (kill -9, the OOM killer) gives
+  :class:`~core.errors.WorkerLostError` (a server fault, retryable), and a replacement is
+  started;
 * ``max_elements`` / ``max_loop_iterations`` - installed as the worker's default
   :class:`~core.executor.limits.RunLimits`, used by jobs that pass no limits of their own.
 
@@ -33,7 +34,13 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from core.errors import BusyError, ExecutionError, LimitExceededError, NetgradError
+from core.errors import (
+    BusyError,
+    ExecutionError,
+    LimitExceededError,
+    NetgradError,
+    WorkerLostError,
+)
 from core.executor.limits import RunLimits
 from core.types import Diagnostic
 
@@ -227,7 +234,7 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
-        """Stop every worker. Further :meth:`submit` calls raise ExecutionError."""
+        """Stop every worker. Further :meth:`submit` calls raise WorkerLostError."""
         with self._lock:
             if self._closed:
                 return
@@ -276,15 +283,16 @@ class WorkerPool:
         Raises:
             LimitExceededError: the job exceeded the wall-clock limit (worker killed and
                 replaced) or the memory limit.
-            ExecutionError: the worker crashed (replaced), the job raised a non-netgrad
-                exception, or the pool is closed.
+            WorkerLostError: the worker crashed (replaced), no worker could be started, or
+                the pool is closed (a server fault: retry later).
+            ExecutionError: the job raised a non-netgrad exception.
             NetgradError: any netgrad error the job raised, same type and problems.
             BusyError: no worker became idle within ``queue_timeout_s``.
         """
         waited_since = time.monotonic()
         while True:  # wait for an idle worker, noticing a close() meanwhile
             if self._closed:
-                raise ExecutionError("worker pool is closed")
+                raise WorkerLostError("worker pool is closed (the service is stopping)")
             try:
                 w = self._idle.get(timeout=0.5)
                 break
@@ -301,13 +309,13 @@ class WorkerPool:
                     break
                 w = self._replace(w)
             else:
-                raise ExecutionError("could not start an execution worker")
+                raise WorkerLostError("could not start an execution worker")
             try:
                 reply = self._exchange(w, fn, args)
                 if reply[0] == "broken":  # a worker that cannot load jobs: a fresh one retries
                     w = self._replace(w)
                     if not w.wait_ready():
-                        raise ExecutionError("could not start an execution worker")
+                        raise WorkerLostError("could not start an execution worker")
                     reply = self._exchange(w, fn, args)
                     if reply[0] == "broken":
                         w = self._replace(w)
@@ -334,7 +342,7 @@ class WorkerPool:
         try:
             w.conn.send((fn, args))
         except (OSError, ValueError) as exc:
-            err = ExecutionError(f"could not send the job to a worker: {exc}")
+            err: NetgradError = WorkerLostError(f"could not send the job to a worker: {exc}")
             raise _WorkerLost(err) from exc
         except Exception as exc:  # pickling the job failed; the worker is fine
             raise ExecutionError(f"job is not picklable: {exc!r}") from exc
@@ -355,9 +363,9 @@ class WorkerPool:
             w.proc.join(timeout=1)
             code = w.proc.exitcode if w.proc.exitcode is not None else code
             elapsed = time.monotonic() - start
-            err = ExecutionError(
+            err = WorkerLostError(
                 f"execution worker crashed after {elapsed:.2f} s (exit code {code}); "
-                "it was replaced"
+                "it was replaced: retry the request"
             )
             raise _WorkerLost(err) from exc
         return reply

@@ -1,0 +1,160 @@
+"""How ``netgrad serve`` runs uvicorn: timeouts, keep-alive, connection cap, file descriptors.
+
+uvicorn's own settings cover most of it (:func:`uvicorn_options`):
+
+* ``limit_concurrency`` = ``NETGRAD_MAX_CONNECTIONS``: above that many connections (or
+  requests) in progress a new request gets 503;
+* ``timeout_keep_alive`` = ``NETGRAD_KEEP_ALIVE_S``: an idle keep-alive connection closes;
+* ``h11_max_incomplete_event_size`` = :data:`MAX_HEADER_BYTES`: a request head larger
+  than that is a 400.
+
+What uvicorn cannot do is bound the time a client takes to send its request head: a
+client that trickles header bytes (slowloris) holds its connection and a file descriptor
+forever. :func:`guarded_protocol` is uvicorn's h11 protocol with one timer more: a
+connection that has not delivered a complete request head ``NETGRAD_HEADER_TIMEOUT_S``
+after it opened (or after its previous answer plus the keep-alive time) is closed. Slow
+*bodies* are bounded in the app by :class:`BodyTimeoutMiddleware` (408).
+
+:func:`raise_fd_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard one at start-up; the
+service unit and manifests set the hard limit (``deploy/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import ProblemError
+from app.settings import Settings
+
+log = logging.getLogger("netgrad")
+
+#: Largest request head (request line + headers) accepted, bytes.
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def guarded_protocol(header_timeout_s: float, keep_alive_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing connections whose request head is late.
+
+    Args:
+        header_timeout_s: seconds from the connection's start to a complete request head.
+        keep_alive_s: extra seconds allowed before the head of a follow-up request.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._head_timer = self.loop.call_later(seconds, self._head_timeout)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            busy = self.cycle is not None and not self.cycle.response_complete
+            if not busy and not self.transport.is_closing():
+                log.debug("closing %s: no complete request head within %.0f s",
+                          self.client, header_timeout_s)
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm(header_timeout_s)
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:  # a request head arrived
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and (
+                self.cycle is None or self.cycle.response_complete
+            ):
+                self._arm(keep_alive_s + header_timeout_s)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11Protocol
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``settings``."""
+    return {
+        "http": guarded_protocol(settings.header_timeout_s, settings.keep_alive_s),
+        "limit_concurrency": settings.max_connections,
+        "timeout_keep_alive": settings.keep_alive_s,
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+        "backlog": 2048,
+    }
+
+
+def raise_fd_limit() -> int:
+    """Lift the soft open-file limit to the hard one; return the soft limit now in force."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # pragma: no cover - platform dependent
+            pass
+    return int(soft)
+
+
+class BodyTimeoutMiddleware:
+    """Refuse a request whose body does not arrive in time (408, connection closed).
+
+    Args:
+        app: the ASGI app.
+        timeout_s: returns the seconds a whole body may take (read per request, so tests
+            can override the settings).
+    """
+
+    def __init__(self, app: ASGIApp, timeout_s: Callable[[], float]) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        limit = self.timeout_s()
+        deadline = loop.time() + limit
+        done = False
+
+        async def timed_receive() -> Message:
+            nonlocal done
+            if done:
+                return await receive()
+            left = deadline - loop.time()
+            try:
+                message = await asyncio.wait_for(receive(), max(left, 0.001))
+            except TimeoutError:
+                raise ProblemError(
+                    408, "body_timeout",
+                    f"the request body did not arrive within {limit:g} s "
+                    "(NETGRAD_BODY_TIMEOUT_S)", close=True,
+                ) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                done = True
+            return message
+
+        await self.app(scope, timed_receive, send)
