@@ -90,9 +90,23 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float) -> type[async
     return GuardedH11Protocol
 
 
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus the ``netgrad`` logger (INFO, same handler), so
+    the service's own one-line notes (e.g. a client that disconnected) reach the log."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["netgrad"] = {"handlers": ["default"], "level": "INFO",
+                                    "propagate": False}
+    return config
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``settings``."""
     return {
+        "log_config": log_config(),
         "http": guarded_protocol(settings.header_timeout_s, settings.keep_alive_s),
         "limit_concurrency": settings.max_connections,
         "timeout_keep_alive": settings.keep_alive_s,
