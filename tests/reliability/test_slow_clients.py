@@ -1,0 +1,142 @@
+"""Slow and vanishing clients (issue 14 §3, §4) against a live server on 127.0.0.1.
+
+* slowloris: 2,000 connections trickle request-head bytes; ``/healthz`` stays under 100 ms,
+  and the server closes each one once ``NETGRAD_HEADER_TIMEOUT_S`` has passed (the long
+  form keeps 2,000 open for a minute by reopening what the server closed);
+* a body that stops arriving is a 408 after ``NETGRAD_BODY_TIMEOUT_S``;
+* a client that disconnects mid-body is one info line in the log, no traceback.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httpx
+
+from tests.reliability.common import LONG, live, percentiles, record
+
+N_SLOW = 2_000
+HEAD_START = b"POST /v1/gradients/op HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", int(parts.port or 80)
+
+
+def _open_slow(addr: tuple[str, int]) -> socket.socket:
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(HEAD_START)
+    s.setblocking(False)
+    return s
+
+
+def _closed_by_peer(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_health_stays_fast_while_2000_slowloris_connections_are_open() -> None:
+    header_timeout = 10.0 if LONG else 4.0
+    hold_s = 60.0 if LONG else header_timeout - 1.0
+    with live({"NETGRAD_HEADER_TIMEOUT_S": str(header_timeout)}) as server:
+        addr = _address(server.url)
+        socks = [_open_slow(addr) for _ in range(N_SLOW)]
+        opened_at = time.monotonic()
+        stop = threading.Event()
+        reopened = [0]
+
+        def trickle() -> None:  # one header byte per connection per half second
+            while not stop.wait(0.5):
+                for k, s in enumerate(socks):
+                    try:
+                        s.send(b"X")
+                    except OSError:
+                        if LONG and not stop.is_set():  # the server closed it: come back
+                            s.close()
+                            socks[k] = _open_slow(addr)
+                            reopened[0] += 1
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        latencies = []
+        try:
+            with httpx.Client(base_url=server.url, timeout=5.0) as client:
+                client.get("/healthz")
+                end = time.monotonic() + hold_s
+                while time.monotonic() < end:
+                    t0 = time.perf_counter()
+                    r = client.get("/healthz")
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    assert r.status_code == 200
+                    time.sleep(0.05)
+        finally:
+            stop.set()
+            t.join(10)
+        open_now = sum(not _closed_by_peer(s) for s in socks)
+        if not LONG:  # the server closes them all once the head timeout has passed
+            time.sleep(max(0.0, opened_at + header_timeout + 1.5 - time.monotonic()))
+            still_open = sum(not _closed_by_peer(s) for s in socks)
+        else:
+            still_open = -1
+        for s in socks:
+            s.close()
+        log = server.log_text()
+    figures = {"slow_connections": N_SLOW, "probes": len(latencies),
+               "healthz_ms": percentiles(latencies), "reopened": reopened[0],
+               "open_at_end_of_probing": open_now, "open_after_head_timeout": still_open,
+               "log_bytes": len(log)}
+    record("slowloris", figures)
+    assert len(latencies) >= 20
+    assert figures["healthz_ms"]["p100"] < 100.0, figures
+    if not LONG:
+        assert open_now == N_SLOW  # they were really held open while probing
+        assert still_open == 0
+    assert "Traceback" not in log
+    assert len(log) < 200_000
+
+
+def test_a_body_that_stops_arriving_is_a_408() -> None:
+    with live({"NETGRAD_BODY_TIMEOUT_S": "1.5"}) as server:
+        s = socket.create_connection(_address(server.url), timeout=10)
+        s.sendall(b"POST /v1/gradients/op HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"op\":")
+        t0 = time.monotonic()
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        elapsed = time.monotonic() - t0
+        s.close()
+        log = server.log_text()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"body_timeout" in answer and b"connection: close" in answer.lower()
+    assert 1.0 < elapsed < 5.0
+    assert "Traceback" not in log
+
+
+def test_a_client_disconnecting_mid_body_is_one_info_line() -> None:
+    with live() as server:
+        for _ in range(3):
+            s = socket.create_connection(_address(server.url), timeout=10)
+            s.sendall(b"POST /v1/gradients/net HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+                      b"{\"net\": {\"op\": [")
+            time.sleep(0.2)
+            s.close()
+        time.sleep(0.5)
+        assert httpx.get(server.url + "/healthz").status_code == 200
+        log = server.log_text()
+    lines = [ln for ln in log.splitlines() if "disconnected" in ln]
+    assert len(lines) == 3, log[-3000:]
+    assert all(ln.startswith("INFO") for ln in lines)
+    assert "Traceback" not in log and "ERROR" not in log
