@@ -130,6 +130,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             held = getattr(app.state, "admission", None)
             if held is not None:
                 held[1].close()
+            if app.state.isolation is not None:
+                app.state.isolation.close()
+                app.state.isolation = None
             if pool is not None:
                 pool.close()
 
@@ -144,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
+    app.state.isolation = None
     install_handlers(app)
     app.add_middleware(
         BodyTimeoutMiddleware,

@@ -38,7 +38,7 @@ class Settings(BaseSettings):
         max_ops: most ops in one request, sub-nets included (413 above): bounds the time
             gradient generation, which runs in the server process, can take.
 
-    Admission, timeouts and memory (issue 14; ``docs/operations.md`` and :mod:`app.api.admission`
+    Admission, timeouts and memory (issue 14; ``deploy/README.md`` and :mod:`app.api.admission`
     say how they fit together):
 
     Attributes:
@@ -58,9 +58,16 @@ class Settings(BaseSettings):
         keep_alive_s: an idle keep-alive connection is closed after this.
         max_connections: connections + requests the server handles at once (uvicorn
             ``limit_concurrency``; 503 above).
-        server_memory_bytes: memory budget of the server process itself (workers excluded);
-            the deployment limit is ``workers * job_memory_bytes + server_memory_bytes``.
+        server_memory_bytes: memory budget of the server process itself (worker processes
+            excluded); the deployment limit is ``workers * job_memory_bytes +
+            max_large_bodies * large_job_memory_bytes + server_memory_bytes``
+            (:func:`app.api.isolation.deployment_memory_bytes`).
         retry_after_s: ``Retry-After`` of a 503/429 answer.
+        isolate_large_bodies: serve generation requests with large bodies in a separate
+            process (``max_large_bodies`` of them), replaced after every request, so the
+            server's own memory stays flat (:mod:`app.api.isolation`).
+        large_job_memory_bytes: address-space limit of such a process.
+        large_job_timeout_s: wall-clock limit of one large generation request there.
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -87,8 +94,11 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=60.0, gt=0)
     keep_alive_s: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=4096, ge=1)
-    server_memory_bytes: int = Field(default=2 * 1024**3, ge=64 * 1024**2)
+    server_memory_bytes: int = Field(default=1024**3, ge=64 * 1024**2)
     retry_after_s: int = Field(default=2, ge=1)
+    isolate_large_bodies: bool = True
+    large_job_memory_bytes: int = Field(default=3 * 1024**3, ge=256 * 1024**2)
+    large_job_timeout_s: float = Field(default=600.0, gt=0)
 
 
 @lru_cache

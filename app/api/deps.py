@@ -25,6 +25,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from google.protobuf.message import Message
 
+from app.api import isolation
 from app.api.admission import Admission
 from app.api.negotiation import Body, Media, read_body, request_media, response_media
 from app.settings import Settings, get_settings
@@ -98,6 +99,26 @@ def admission(request: Request) -> Admission:
     return adm
 
 
+def _isolation_pool(request: Request) -> Any:
+    """The app's isolation pool, started on the first large body (closed by the lifespan)."""
+    state = request.app.state
+    if getattr(state, "isolation", None) is None:
+        state.isolation = isolation.start_isolation_pool(current_settings(request))
+    return state.isolation
+
+
+async def _isolated(pool: Any, work: Callable[[Body, Context], Outcome], body: Body,
+                    ctx: Context) -> Outcome:
+    """Serve a large body in the isolation pool (:mod:`app.api.isolation`); work that must
+    wait on the execution workers comes back here."""
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(
+        None, pool.submit, isolation.run_isolated, work, body, ctx.settings, ctx.limits)
+    if result == isolation.NEEDS_SERVER:
+        return await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
+    return isolation.answer(result)
+
+
 def _declared_length(request: Request) -> int | None:
     try:
         return int(request.headers.get("content-length", ""))
@@ -139,6 +160,8 @@ async def serve(
                     outcome = await adm.run_job(work, body, ctx)
             elif len(data) + len(text or "") <= INLINE_BYTES:
                 outcome = work(body, ctx)
+            elif gate.held and settings.isolate_large_bodies:
+                outcome = await _isolated(_isolation_pool(request), work, body, ctx)
             else:
                 outcome = await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
             if isinstance(outcome, Response):

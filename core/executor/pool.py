@@ -126,6 +126,7 @@ class _Worker:
         self.proc.start()
         child_conn.close()
         self.ready = False
+        self.jobs = 0
 
     def wait_ready(self) -> bool:
         """Block until the worker reported ready; ``False`` if it died or timed out."""
@@ -192,6 +193,8 @@ class WorkerPool:
         start_method: ``"spawn"`` (default) or ``"forkserver"``.
         queue_timeout_s: longest wait for an idle worker before :class:`BusyError`
             (``None``: wait as long as it takes).
+        recycle_after: replace a worker after it ran this many jobs (``None``: never), so
+            whatever memory its jobs left behind goes back to the OS with the process.
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).
@@ -203,6 +206,7 @@ class WorkerPool:
         limits: RunLimits | None = None,
         start_method: str = "spawn",
         queue_timeout_s: float | None = None,
+        recycle_after: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"WorkerPool size must be >= 1, got {size}")
@@ -211,6 +215,7 @@ class WorkerPool:
         self.size = size
         self.limits = limits or RunLimits()
         self.queue_timeout_s = queue_timeout_s
+        self.recycle_after = recycle_after
         self._ctx = multiprocessing.get_context(start_method)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
@@ -323,7 +328,10 @@ class WorkerPool:
             except _WorkerLost as lost:
                 w = self._replace(w)
                 raise lost.error from lost.__cause__
-            if reply[0] == "limit":  # the worker exits after a MemoryError: replace it now
+            w.jobs += 1
+            if reply[0] == "limit" or (  # the worker exits after a MemoryError: replace it now
+                self.recycle_after is not None and w.jobs >= self.recycle_after
+            ):
                 w = self._replace(w)
             return self._unpack(reply)
         finally:
