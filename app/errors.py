@@ -8,8 +8,8 @@ Status codes:
 * 400 - :class:`~core.errors.DecodeError`, :class:`~core.errors.InvalidRequestError`, a body
   that does not match the request message (unknown field, wrong type);
 * 406 / 413 / 415 - not acceptable, body too large, unsupported media type;
-* 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count); 422 for the
-  other limits (nesting depth, tensor elements, iterations);
+* 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count, JSON values);
+  422 for the other limits (nesting depth, tensor elements, iterations);
 * 422 - :class:`~core.errors.InvalidNetError`, :class:`~core.errors.GradientError` (and its
   subclasses) and :class:`~core.errors.ExecutionError`: the request is readable but the net
   cannot be differentiated or run as asked;
@@ -60,7 +60,7 @@ log = logging.getLogger("netgrad")
 PROBLEM_JSON = "application/problem+json"
 
 #: LimitExceededError codes that are about the size of the request (413); others are 422.
-SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops"})
+SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops", "too_many_values"})
 
 _TITLES = {
     400: "Bad Request",

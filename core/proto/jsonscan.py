@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from core.errors import LimitExceededError
 
-# A complete string, a lone quote (a string that runs past the chunk), or a structural byte.
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[{}\[\]:,]')
+# A complete string, a lone quote (a string that runs past the chunk), or a structural byte
+# (commas are not needed: a key is always the string just before a colon).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[{}\[\]:]')
 # The rest of a string that started in an earlier chunk, up to its closing quote.
 _STRING_END = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"')
 #: Bytes of a string kept as a possible key or op type / argument name.
@@ -48,6 +49,8 @@ class _Frame:
     path: str = ""  # sub-net path of this container's net (for errors)
     last_key: bytes = b""
     expect_value: bool = False
+    candidate: bytes | None = None  # a string in value position (of ``candidate_key``)
+    candidate_key: bytes = b""
 
 
 class JsonScan:
@@ -91,13 +94,11 @@ class JsonScan:
                 self._string(tok[1:-1])
             elif c == 0x3A:  # ':'
                 self._colon()
-            elif c == 0x2C:  # ','
-                self._last_string = None
             elif c in (0x7B, 0x5B):  # '{' '['
                 self._open(c == 0x7B)
             else:
                 if self._stack:
-                    self._stack.pop()
+                    self._commit(self._stack.pop())
                 self._last_string = None
 
     # -- strings ----------------------------------------------------------------------------
@@ -126,20 +127,31 @@ class JsonScan:
         return m.end()
 
     def _string(self, value: bytes) -> None:
+        # Whether a string is a key shows only at the next token (a colon follows a key), so
+        # a string in value position is kept as a candidate and committed at the next
+        # string, bracket or brace (a non-string value before it leaves no token).
         top = self._stack[-1] if self._stack else None
-        if top is not None and top.is_object and top.expect_value:
-            top.expect_value = False
-            if top.op_index >= 0 and top.last_key == b"type":
-                top.op_type = value.decode("utf-8", "replace")
-            if top.last_key == b"name":
-                top.arg_name = value.decode("utf-8", "replace")
-            self._last_string = None
-            return
+        if top is not None:
+            self._commit(top)
+            if top.is_object and top.expect_value:
+                top.candidate = value
+                top.candidate_key = top.last_key
+                top.expect_value = False
         self._last_string = value
+
+    def _commit(self, top: _Frame) -> None:
+        if top.candidate is None:
+            return
+        if top.op_index >= 0 and top.candidate_key == b"type":
+            top.op_type = top.candidate.decode("utf-8", "replace")
+        elif top.candidate_key == b"name":
+            top.arg_name = top.candidate.decode("utf-8", "replace")
+        top.candidate = None
 
     def _colon(self) -> None:
         top = self._stack[-1] if self._stack else None
         if top is not None and top.is_object:
+            top.candidate = None  # the string before the colon was a key
             top.last_key = self._last_string or b""
             top.expect_value = True
         self._last_string = None
@@ -159,6 +171,7 @@ class JsonScan:
         path = ""
         op_index = -1
         if parent is not None:
+            self._commit(parent)
             depth, path = parent.depth, parent.path
             if parent.is_object:
                 key = parent.last_key

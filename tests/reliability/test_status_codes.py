@@ -284,7 +284,8 @@ def test_scan_counts_like_the_decoder_whatever_the_chunking() -> None:
     for _ in range(4):
         nested = {"name": "x\"}", "op": [
             {"type": "Add", "input": ["p", "q"], "output": ["r"]},
-            {"type": "Do", "arg": [{"name": "net", "n": nested}, {"name": "k", "ints": [1]}]}]}
+            {"type": "Do", "arg": [{"name": "k", "i": 5}, {"i": 1, "name": "net", "n": nested},
+                                   {"name": "k", "ints": [1]}]}]}
     body = json.dumps({"net": nested, "ys": ["r"]}).encode()
     for size in (1, 2, 3, 5, 17, len(body)):
         scan = JsonScan(max_ops=100, max_depth=8, max_containers=10**6)
@@ -298,6 +299,11 @@ def test_scan_counts_like_the_decoder_whatever_the_chunking() -> None:
     p = info.value.problems[0]
     assert (p.code, p.op_type, p.path) == ("nesting_too_deep", "Do",
                                            "op[1]:Do/net/op[1]:Do/net/op[1]:Do/net")
+    # the path matches what the decoder-side check names for the same body
+    from core.proto.limits import check_json_depth
+    with pytest.raises(LimitExceededError) as ref:
+        check_json_depth(json.loads(body)["net"], 2)
+    assert ref.value.problems[0].path == p.path
 
 
 def test_a_large_body_over_the_op_limit_is_a_413_over_http(make_client: Any) -> None:

@@ -217,3 +217,14 @@ def test_a_full_queue_answers_busy_instead_of_waiting_forever() -> None:
             busy_pool.submit(os.getpid)
         t.join()
         assert isinstance(busy_pool.submit(os.getpid), int)  # free again afterwards
+
+
+def test_recycle_after_replaces_a_worker_after_its_jobs() -> None:
+    with WorkerPool(1, RunLimits(wall_clock_s=5), recycle_after=2) as p:
+        first = p.pids()
+        assert p.submit(_sleep, 0.0) == "woke"
+        assert p.pids() == first  # one job: kept
+        assert p.submit(_sleep, 0.0) == "woke"
+        second = p.pids()
+        assert len(second) == 1 and second != first  # two jobs: replaced
+        assert p.submit(_sleep, 0.0) == "woke"
