@@ -156,13 +156,14 @@ def format_result(
 def _cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.server import raise_fd_limit, uvicorn_options
+    from app.server import raise_fd_limit, tune_malloc, uvicorn_options
     from app.settings import get_settings
 
     settings = get_settings()
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
     raise_fd_limit()
+    tune_malloc()
     uvicorn.run("app.main:create_app", factory=True, host=host, port=port,
                 **uvicorn_options(settings))
     return 0

@@ -11,8 +11,9 @@ Every POST route passes through :func:`app.api.deps.serve`, which asks an :class
   arrived) needs one of ``max_large_bodies`` slots, held until its answer is built; 503
   ``overloaded`` when none is free. JSON bodies holding a slot are scanned while they stream
   in (:class:`core.proto.jsonscan.JsonScan`: op count, sub-net depth, containers), so an
-  over-limit body is refused before ``json.loads`` materialises it. When the last large
-  body is done the server returns freed memory to the OS (:func:`release_memory`);
+  over-limit body is refused before ``json.loads`` materialises it. Generation for a large
+  body runs in a recycled subprocess (:mod:`app.api.isolation`); a second after the last
+  large body is done the server returns freed memory to the OS (:func:`release_memory`);
 * **jobs** (``/v1/run``, ``/v1/verify``, verified ``/v1/gradients/net``) - a job waits for a
   worker *on the event loop* (an ``asyncio.Semaphore`` of ``workers`` permits), not in a
   thread, and runs on a job thread of its own (``workers`` of them), so waiting jobs never
@@ -46,6 +47,10 @@ log = logging.getLogger("netgrad")
 
 T = TypeVar("T")
 
+#: Seconds after the last large body's answer was built before freed memory is trimmed (by
+#: then the answer has been sent and its bytes freed).
+TRIM_DELAY_S = 1.0
+
 
 class Admission:
     """The admission state of one app (see the module doc).
@@ -64,6 +69,12 @@ class Admission:
         self.clients: dict[str, int] = {}
         self._job_slots = asyncio.Semaphore(self.workers)
         self._job_threads = ThreadPoolExecutor(self.workers, thread_name_prefix="netgrad-job")
+
+    def trim_if_idle(self) -> None:
+        """Return freed memory to the OS (:func:`release_memory`, on a thread) unless a large
+        body is being served again."""
+        if self.large == 0:
+            threading.Thread(target=release_memory, name="netgrad-trim", daemon=True).start()
 
     def close(self) -> None:
         """Stop the job threads (at shutdown)."""
@@ -205,8 +216,8 @@ class BodyGate:
         self.held = False
         adm = self.admission
         adm.large -= 1
-        if adm.large == 0:
-            threading.Thread(target=release_memory, name="netgrad-trim", daemon=True).start()
+        if adm.large == 0:  # once the answer is sent (its bytes freed), trim
+            asyncio.get_running_loop().call_later(TRIM_DELAY_S, adm.trim_if_idle)
 
 
 def _overloaded(what: str, close: bool = False) -> ProblemError:
