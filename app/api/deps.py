@@ -18,7 +18,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Request
@@ -113,7 +113,7 @@ async def _isolated(pool: Any, work: Callable[[Body, Context], Outcome], body: B
     wait on the execution workers comes back here."""
     loop = asyncio.get_running_loop()
     result = await loop.run_in_executor(
-        None, pool.submit, isolation.run_isolated, work, body, ctx.settings, ctx.limits)
+        None, pool.submit, isolation.run_isolated, work, body, replace(ctx, pool=None))
     if result == isolation.NEEDS_SERVER:
         return await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
     return isolation.answer(result)

@@ -65,9 +65,9 @@ def start_isolation_pool(settings: Settings) -> Any:
                            queue_timeout_s=settings.queue_timeout_s, recycle_after=1)
 
 
-def run_isolated(work: Callable[..., Any], body: Any, settings: Settings,
-                 limits: Any) -> tuple[int, bytes, str | None] | str:
-    """In the isolation process: ``work(body, context)`` without an execution pool.
+def run_isolated(work: Callable[..., Any], body: Any,
+                 context: Any) -> tuple[int, bytes, str | None] | str:
+    """In the isolation process: ``work(body, context)`` (``context`` has no execution pool).
 
     Returns:
         ``(status, content, media type)`` of the answer, or :data:`NEEDS_SERVER` when the
@@ -76,9 +76,7 @@ def run_isolated(work: Callable[..., Any], body: Any, settings: Settings,
     Raises:
         NetgradError: whatever the work raises (the pool re-raises it in the server).
     """
-    from app.api.deps import Context
-
-    outcome = work(body, Context(settings, limits, None))
+    outcome = work(body, context)
     if not isinstance(outcome, Response):
         return NEEDS_SERVER
     return outcome.status_code, bytes(outcome.body), outcome.media_type
