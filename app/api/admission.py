@@ -217,7 +217,10 @@ class BodyGate:
         adm = self.admission
         adm.large -= 1
         if adm.large == 0:  # once the answer is sent (its bytes freed), trim
-            asyncio.get_running_loop().call_later(TRIM_DELAY_S, adm.trim_if_idle)
+            try:
+                asyncio.get_running_loop().call_later(TRIM_DELAY_S, adm.trim_if_idle)
+            except RuntimeError:  # no event loop (direct use): trim now
+                adm.trim_if_idle()
 
 
 def _overloaded(what: str, close: bool = False) -> ProblemError:
