@@ -41,7 +41,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation() -> None:
              "--max-examples", str(EXAMPLES), "--seed", "14", "--workers", "2",
              "--phases", "examples,coverage,fuzzing", "--no-shrink",
              "--report", "ndjson", "--report-ndjson-path", str(report)],
-            capture_output=True, text=True, timeout=7000,
+            capture_output=True, text=True, timeout=7000, cwd=tmp,  # its cache stays there
         )
         summary = proc.stdout[-3000:]
         events = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
