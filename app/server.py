@@ -2,17 +2,19 @@
 
 uvicorn's own settings cover most of it (:func:`uvicorn_options`):
 
-* ``limit_concurrency`` = ``NETGRAD_MAX_CONNECTIONS``: above that many connections (or
-  requests) in progress a new request gets 503;
 * ``timeout_keep_alive`` = ``NETGRAD_KEEP_ALIVE_S``: an idle keep-alive connection closes;
 * ``h11_max_incomplete_event_size`` = :data:`MAX_HEADER_BYTES`: a request head larger
   than that is a 400.
 
-What uvicorn cannot do is bound the time a client takes to send its request head: a
-client that trickles header bytes (slowloris) holds its connection and a file descriptor
-forever. :func:`guarded_protocol` is uvicorn's h11 protocol with one timer more: a
-connection that has not delivered a complete request head ``NETGRAD_HEADER_TIMEOUT_S``
-after it opened (or after its previous answer plus the keep-alive time) is closed. Slow
+Two things uvicorn cannot do. Its ``limit_concurrency`` answers a bare 503 without
+``Retry-After``, so the connection cap (``NETGRAD_MAX_CONNECTIONS`` connections or requests
+in progress; 503 ``overloaded`` with ``Retry-After`` above) is kept by :func:`capped`, in
+front of the app, on uvicorn's own counts. And it does not bound the time a client takes to
+send its request head: a client that trickles header bytes (slowloris) holds its connection
+and a file descriptor forever. :func:`guarded_protocol` is uvicorn's h11 protocol with one
+timer more: a connection that has not delivered a complete request head
+``NETGRAD_HEADER_TIMEOUT_S`` after it opened (or after its previous answer plus the
+keep-alive time) is closed. Slow
 *bodies* are bounded in the app by :class:`BodyTimeoutMiddleware` (408).
 
 :func:`raise_fd_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard one at start-up; the
@@ -29,7 +31,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import ProblemError
+from app.errors import ProblemError, problem_response
 from app.settings import Settings
 
 log = logging.getLogger("netgrad")
@@ -38,17 +40,47 @@ log = logging.getLogger("netgrad")
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def guarded_protocol(header_timeout_s: float, keep_alive_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, closing connections whose request head is late.
+def capped(app: ASGIApp, cap: int, connections: Any, tasks: Any,
+           retry_after_s: int) -> ASGIApp:
+    """``app`` behind the connection cap: with more than ``cap`` connections open or
+    requests in progress (uvicorn's own sets), answer 503 ``overloaded`` with
+    ``Retry-After`` (uvicorn's ``limit_concurrency`` answers a bare 503 without it)."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (len(connections) > cap or len(tasks) > cap):
+            response = problem_response(
+                503, "overloaded",
+                f"more than {cap} connections or requests are open (NETGRAD_MAX_CONNECTIONS); "
+                "retry later", [], close=True, retry_after=retry_after_s,
+            )
+            await response(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connections: int = 0,
+                     retry_after_s: int = 2) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing connections whose request head is late, and capping
+    connections (when ``max_connections`` > 0, see :func:`capped`).
 
     Args:
         header_timeout_s: seconds from the connection's start to a complete request head.
         keep_alive_s: extra seconds allowed before the head of a follow-up request.
+        max_connections: connections + requests in progress before a 503.
+        retry_after_s: ``Retry-After`` of that 503.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if max_connections > 0:
+                self.app = capped(self.app, max_connections, self.connections, self.tasks,
+                                  retry_after_s)
 
         def _arm(self, seconds: float) -> None:
             self._disarm()
@@ -108,8 +140,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``settings``."""
     return {
         "log_config": log_config(),
-        "http": guarded_protocol(settings.header_timeout_s, settings.keep_alive_s),
-        "limit_concurrency": settings.max_connections,
+        "http": guarded_protocol(settings.header_timeout_s, settings.keep_alive_s,
+                                 settings.max_connections, settings.retry_after_s),
         "timeout_keep_alive": settings.keep_alive_s,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
         "backlog": 2048,

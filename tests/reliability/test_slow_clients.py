@@ -4,7 +4,8 @@
   and the server closes each one once ``NETGRAD_HEADER_TIMEOUT_S`` has passed (the long
   form keeps 2,000 open for a minute by reopening what the server closed);
 * a body that stops arriving is a 408 after ``NETGRAD_BODY_TIMEOUT_S``;
-* a client that disconnects mid-body is one info line in the log, no traceback.
+* a client that disconnects mid-body is one info line in the log, no traceback;
+* past the connection cap a request is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -55,16 +56,18 @@ def _attack(addr: tuple[str, int], n: int, seconds: float, reopen: bool,
     conn.send("open")
     reopened = 0
     end = time.monotonic() + seconds
+    slices = 10  # like independent clients: spread over the half second, not one burst
     while time.monotonic() < end:
-        time.sleep(0.5)
-        for k, s in enumerate(socks):
-            try:
-                s.send(b"X")
-            except OSError:
-                if reopen:
-                    s.close()
-                    socks[k] = _open_slow(addr)
-                    reopened += 1
+        for part in range(slices):
+            time.sleep(0.5 / slices)
+            for k in range(part, len(socks), slices):
+                try:
+                    socks[k].send(b"X")
+                except OSError:
+                    if reopen:
+                        socks[k].close()
+                        socks[k] = _open_slow(addr)
+                        reopened += 1
     open_now = sum(not _closed_by_peer(s) for s in socks)
     still_open = -1
     if not reopen:
@@ -162,3 +165,18 @@ def test_a_client_disconnecting_mid_body_is_one_info_line() -> None:
     assert len(lines) == 3, log[-3000:]
     assert all(ln.startswith("INFO") for ln in lines)
     assert "Traceback" not in log and "ERROR" not in log
+
+
+def test_past_the_connection_cap_a_request_gets_503_with_retry_after() -> None:
+    with live({"NETGRAD_MAX_CONNECTIONS": "8", "NETGRAD_HEADER_TIMEOUT_S": "30"}) as server:
+        idle = [socket.create_connection(_address(server.url), timeout=5) for _ in range(10)]
+        time.sleep(0.3)
+        r = httpx.get(server.url + "/healthz", timeout=5)
+        for s in idle:
+            s.close()
+        time.sleep(0.3)
+        after = httpx.get(server.url + "/healthz", timeout=5)
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "2"
+    assert r.json()["type"] == "urn:netgrad:problem:overloaded"
+    assert after.status_code == 200
