@@ -115,12 +115,10 @@ def test_health_stays_fast_while_2000_slowloris_connections_are_open() -> None:
                "log_bytes": len(log)}
     record("slowloris", figures)
     assert len(latencies) >= 20
-    # Held open (CI form): every probe under 100 ms. The long form adds what the issue does
-    # not ask for - the server closing 2,000 connections each head timeout and the attacker
-    # reopening them at once (10,000 reconnections a minute) - and on a shared 2-core
-    # machine its tail follows the neighbours' load, so it bounds the 90th percentile.
-    bound = figures["healthz_ms"]["p90"] if LONG else figures["healthz_ms"]["p100"]
-    assert bound < 100.0, figures
+    # Every probe under 100 ms: the CI form with 2,000 connections held open; the long form
+    # also while the server closes them at each head timeout and the attacker reopens them
+    # (10,000 reconnections a minute).
+    assert figures["healthz_ms"]["p100"] < 100.0, figures
     if not LONG:
         assert open_now == N_SLOW  # they were really held open while probing
         assert still_open == 0  # and the server closed every one after its head timeout
