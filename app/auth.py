@@ -329,7 +329,7 @@ class KeyLimitedPool:
     @contextlib.contextmanager
     def _slot(self) -> Iterator[None]:
         key = _current_key.get()
-        if key is None:
+        if key is None or _slot_held.get():  # no key, or the request already holds its slot
             yield
             return
         limit = key.max_jobs or self._default
@@ -343,11 +343,31 @@ class KeyLimitedPool:
                     {"Retry-After": str(RETRY_AFTER_S)},
                 )
             self._in_flight[key.name] = n + 1
+        token = _slot_held.set(True)
         try:
             yield
         finally:
+            _slot_held.reset(token)
             with self._lock:
                 self._in_flight[key.name] -= 1
+
+
+#: Whether the current request holds its key's job slot (its executor jobs then take none).
+_slot_held: ContextVar[bool] = ContextVar("netgrad_key_slot_held", default=False)
+
+
+def request_job_slot(pool: Any) -> contextlib.AbstractContextManager[None]:
+    """The API key's job slot for this request, taken BEFORE it queues for a worker.
+
+    A request waiting in the admission queue (:mod:`app.api.admission`) counts against its
+    key, so a key past its limit gets the 429 at once instead of queueing.
+
+    Raises:
+        HeaderProblem: 429 ``too_many_jobs`` (see :meth:`KeyLimitedPool.submit`).
+    """
+    if isinstance(pool, KeyLimitedPool):
+        return pool._slot()
+    return contextlib.nullcontext()
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -168,7 +168,8 @@ def format_result(
 def _cmd_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.ops_cli import uvicorn_options
+    from app.ops_cli import uvicorn_options as ops_uvicorn_options
+    from app.server import raise_fd_limit, tune_malloc, uvicorn_options
     from app.settings import get_settings
 
     settings = get_settings()
@@ -176,8 +177,12 @@ def _cmd_serve(ns: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"http_workers": ns.http_workers})
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port,
-                **uvicorn_options(settings))
+    raise_fd_limit()
+    tune_malloc()
+    # Connection guards and timeouts (app.server), then logging and HTTP worker processes
+    # (app.ops_cli: its JSON/text log configuration replaces uvicorn's plain one).
+    options = {**uvicorn_options(settings), **ops_uvicorn_options(settings)}
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, **options)
     return 0
 
 

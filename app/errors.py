@@ -8,13 +8,20 @@ Status codes:
 * 400 - :class:`~core.errors.DecodeError`, :class:`~core.errors.InvalidRequestError`, a body
   that does not match the request message (unknown field, wrong type);
 * 406 / 413 / 415 - not acceptable, body too large, unsupported media type;
-* 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count); 422 for the
-  other limits (nesting depth, tensor elements, iterations);
+* 413 - :class:`~core.errors.LimitExceededError` about sizes (body, op count, JSON values);
+  422 for the other limits (nesting depth, tensor elements, iterations);
 * 422 - :class:`~core.errors.InvalidNetError`, :class:`~core.errors.GradientError` (and its
   subclasses) and :class:`~core.errors.ExecutionError`: the request is readable but the net
   cannot be differentiated or run as asked;
+* 408 - the body did not arrive within ``NETGRAD_BODY_TIMEOUT_S``;
+* 429 - one client has more than ``NETGRAD_MAX_CLIENT_INFLIGHT`` requests in progress;
 * 503 - :class:`~core.errors.BusyError`: every execution worker stayed busy past the queue
-  limit (retry later), or verification/run without workers.
+  limit, the job queue is full, a worker died under the job
+  (:class:`~core.errors.WorkerLostError`), or an admission bound was reached (retry later);
+  or verification/run without workers.
+
+Every 503 and 429 carries ``Retry-After`` (seconds). A client that disconnects before its
+body arrived is logged as one info line; no answer is sent.
 
 A last-resort handler turns anything unexpected into a 500 problem without internals; client
 mistakes never reach it because decoding and validation raise typed errors first.
@@ -32,9 +39,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from api_schemas import netgrad_pb2
 from app.api import jsonmap
+from app.settings import get_settings
 from core.errors import (
     BusyError,
     DecodeError,
@@ -52,12 +61,13 @@ log = logging.getLogger("netgrad")
 PROBLEM_JSON = "application/problem+json"
 
 #: LimitExceededError codes that are about the size of the request (413); others are 422.
-SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops"})
+SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops", "too_many_values"})
 
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
+    408: "Request Timeout",
     404: "Not Found",
     405: "Method Not Allowed",
     406: "Not Acceptable",
@@ -79,16 +89,21 @@ class ProblemError(Exception):
         code: stable machine-readable code (``urn:netgrad:problem:<code>``).
         detail: human-readable explanation.
         problems: the offending items (defaults to one built from ``code``/``detail``).
+        retry_after: ``Retry-After`` seconds (503/429; ``None``: the configured default).
+        close: ask the client to close the connection (the body was not read).
     """
 
     def __init__(
-        self, status: int, code: str, detail: str, problems: Iterable[Diagnostic] = ()
+        self, status: int, code: str, detail: str, problems: Iterable[Diagnostic] = (),
+        retry_after: int | None = None, close: bool = False,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.problems = list(problems) or [Diagnostic("error", code, detail)]
+        self.retry_after = retry_after
+        self.close = close
 
 
 def status_for(exc: NetgradError) -> int:
@@ -106,12 +121,14 @@ def status_for(exc: NetgradError) -> int:
 
 
 def problem_response(
-    status: int, code: str, detail: str, problems: Sequence[Diagnostic], close: bool = False
+    status: int, code: str, detail: str, problems: Sequence[Diagnostic], close: bool = False,
+    retry_after: int | None = None,
 ) -> Response:
     """An ``application/problem+json`` response (always JSON, whatever ``Accept`` said).
 
     The document is a ``netgrad.v1.Problem`` in its JSON form; ``close`` asks the client to
-    close the connection (the rest of the request body was not read).
+    close the connection (the rest of the request body was not read); ``retry_after`` sets
+    ``Retry-After`` (seconds).
     """
     items = [
         netgrad_pb2.ProblemItem(code=p.code, message=_text(p.message), op_index=p.op_index,
@@ -126,7 +143,9 @@ def problem_response(
     if rid:  # the request ID (app.observability), so a report can be matched to the logs
         doc.instance = f"urn:netgrad:request:{rid}"
     data = json.dumps(jsonmap.encode(doc), ensure_ascii=False, separators=(",", ":"))
-    headers = {"Connection": "close"} if close else None
+    headers = {"Connection": "close"} if close else {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(int(retry_after))
     return Response(data.encode("utf-8"), status_code=status, media_type=PROBLEM_JSON,
                     headers=headers)
 
@@ -147,6 +166,15 @@ def _closing(request: Request) -> bool:
     return bool(getattr(request.state, "close_connection", False))
 
 
+def _retry_after(request: Request, status: int, given: int | None = None) -> int | None:
+    """``Retry-After`` seconds of a 503/429 answer (the configured default unless given)."""
+    if status not in (429, 503):
+        return None
+    if given is not None:
+        return given
+    return request.app.dependency_overrides.get(get_settings, get_settings)().retry_after_s
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
@@ -156,13 +184,23 @@ def install_handlers(app: FastAPI) -> None:
         exc = cast(NetgradError, exc)
         problems = with_hints(request.url.path, exc.problems)  # the fix, where known
         detail = detail_with_hints(exc.message, problems, exc.problems)
-        return problem_response(status_for(exc), exc.code, detail, problems,
-                                close=_closing(request))
+        status = status_for(exc)
+        return problem_response(status, exc.code, detail, problems,
+                                close=_closing(request), retry_after=_retry_after(request, status))
 
     async def on_problem(request: Request, exc: Exception) -> Response:
         exc = cast(ProblemError, exc)
         return problem_response(exc.status, exc.code, exc.detail, exc.problems,
-                                close=_closing(request))
+                                close=exc.close or _closing(request),
+                                retry_after=_retry_after(request, exc.status, exc.retry_after))
+
+    async def on_disconnect(request: Request, exc: Exception) -> Response:
+        # Not a server error: one line, no traceback. Nobody reads the answer.
+        client = request.client.host if request.client else "?"
+        log.info("client %s disconnected before its %s %s body arrived", client,
+                 request.method, request.url.path)
+        return problem_response(400, "client_disconnected", "client disconnected", [],
+                                close=True)
 
     async def on_validation(_: Request, exc: Exception) -> Response:
         problems = []
@@ -201,6 +239,7 @@ def install_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(NetgradError, on_netgrad)
     app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(ClientDisconnect, on_disconnect)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)

@@ -19,6 +19,7 @@ from app import __version__, operations
 from app.api import docs, openapi_doc
 from app.api.routes import gradients, health, jobs, operators, run, ui, verify
 from app.errors import install_handlers
+from app.server import BodyTimeoutMiddleware
 from app.settings import Settings, get_settings
 from core.ops import load_all
 from core.proto.limits import DECODER_MAX_DEPTH
@@ -142,6 +143,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if app.state.jobs is not None:
                 app.state.jobs.close()
             app.state.jobs = None
+            held = getattr(app.state, "admission", None)
+            if held is not None:
+                held[1].close()
+            if app.state.isolation is not None:
+                app.state.isolation.close()
+                app.state.isolation = None
             if pool is not None:
                 pool.close()
 
@@ -159,8 +166,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.dependency_overrides[get_settings] = lambda: settings
     app.state.pool = None
     app.state.jobs = None
+    app.state.isolation = None
     app.router.redirect_slashes = False  # a trailing slash is a 404 that names the route
     install_handlers(app)
+    app.add_middleware(
+        BodyTimeoutMiddleware,
+        timeout_s=lambda: app.dependency_overrides.get(get_settings, get_settings)().body_timeout_s,
+    )
     keys = operations.install(app, settings or get_settings())  # metrics, health, keys, logs
     app.include_router(gradients.router, **keys)
     app.include_router(verify.router, **keys)

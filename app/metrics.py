@@ -109,7 +109,8 @@ JOBS_LIMITED = Counter(
 WORKERS_REPLACED = Counter(
     "netgrad_pool_workers_replaced_total",
     "Execution worker processes replaced by a new one, by reason: crashed (died, killed), "
-    "wall_clock (killed at the job limit), memory (exited at the memory limit), broken.",
+    "wall_clock (killed at the job limit), memory (exited at the memory limit), broken, "
+    "recycled (replaced after recycle_after jobs: the large-body isolation pool).",
     ["reason"],
 )
 BUILD_INFO = Gauge(

@@ -60,6 +60,35 @@ class Settings(BaseSettings):
         ray_task_memory_bytes: Ray ``memory`` resource each Ray task reserves.
         job_ttl_s: seconds a finished asynchronous job (``/v1/jobs``) stays retrievable.
         max_jobs: most asynchronous jobs kept at once (503 above).
+
+    Admission, timeouts and memory (issue 14; ``deploy/README.md`` and :mod:`app.api.admission`
+    say how they fit together):
+        max_generation_inflight: generation requests (``/v1/gradients/*``) in progress at once;
+            503 with ``Retry-After`` above.
+        max_queued_jobs: job requests (``/v1/run``, ``/v1/verify``, verified ``/v1/gradients/net``)
+            waiting for a worker beyond the ``workers`` running; 503 ``workers_busy`` above.
+        large_body_bytes: a body above this many bytes is *large*.
+        max_large_bodies: large bodies read and served at once (503 above); with
+            ``max_body_bytes`` it bounds the server's peak memory (see ``server_memory_bytes``).
+        max_client_inflight: requests in progress from one client address; 429 above.
+        max_json_containers: most JSON objects + arrays in one body, counted while it is read
+            (413 above): bounds what decoding a body can allocate.
+        header_timeout_s: a connection must deliver a request's headers within this (closed
+            otherwise; slowloris).
+        body_timeout_s: a request's body must arrive within this (408 otherwise).
+        keep_alive_s: an idle keep-alive connection is closed after this.
+        max_connections: connections + requests the server handles at once (uvicorn
+            ``limit_concurrency``; 503 above).
+        server_memory_bytes: memory budget of the server process itself (worker processes
+            excluded); the deployment limit is ``workers * job_memory_bytes +
+            max_large_bodies * large_job_memory_bytes + server_memory_bytes``
+            (:func:`app.api.isolation.deployment_memory_bytes`).
+        retry_after_s: ``Retry-After`` of a 503/429 answer.
+        isolate_large_bodies: serve generation requests with large bodies in a separate
+            process (``max_large_bodies`` of them), replaced after every request, so the
+            server's own memory stays flat (:mod:`app.api.isolation`).
+        large_job_memory_bytes: address-space limit of such a process.
+        large_job_timeout_s: wall-clock limit of one large generation request there.
     """
 
     model_config = SettingsConfigDict(env_prefix="NETGRAD_", extra="ignore")
@@ -89,6 +118,22 @@ class Settings(BaseSettings):
     ray_task_memory_bytes: int = Field(default=512 * 1024**2, ge=1)
     job_ttl_s: float = Field(default=3600.0, gt=0)
     max_jobs: int = Field(default=1000, ge=1)
+    # -- admission, timeouts and memory (issue 14) --
+    max_generation_inflight: int = Field(default=64, ge=1)
+    max_queued_jobs: int = Field(default=16, ge=0)
+    large_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    max_large_bodies: int = Field(default=1, ge=1)
+    max_client_inflight: int = Field(default=64, ge=1)
+    max_json_containers: int = Field(default=2_000_000, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    keep_alive_s: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=4096, ge=1)
+    server_memory_bytes: int = Field(default=1024**3, ge=64 * 1024**2)
+    retry_after_s: int = Field(default=2, ge=1)
+    isolate_large_bodies: bool = True
+    large_job_memory_bytes: int = Field(default=3 * 1024**3, ge=256 * 1024**2)
+    large_job_timeout_s: float = Field(default=600.0, gt=0)
 
 
 @lru_cache

@@ -105,3 +105,10 @@ class BusyError(NetgradError):
     """Every execution worker stayed busy longer than the queue limit; retry later."""
 
     code = "workers_busy"
+
+
+class WorkerLostError(BusyError):
+    """The execution worker of a job died under it (killed, OOM-killed, crashed) or could not
+    be started. A server-side fault, not the request's: retry later (HTTP 503)."""
+
+    code = "worker_lost"

@@ -7,7 +7,9 @@ gains nothing for CPU-bound work, and the hand-off costs more than the work for 
 requests. Larger ones go to a thread of a :class:`~core.proto.stack.DeepStackExecutor`,
 whose stack also holds the protobuf parser's own nesting limit, so the loop stays free.
 Work that waits on the execution workers (``blocking``, or a continuation the work
-returns) goes to the regular thread pool, never onto the event loop.
+returns) first waits for a job permit on the event loop, then runs on a job thread
+(:mod:`app.api.admission`), never onto the event loop nor a thread generation needs. Every
+request is admitted first: per client, per kind, and for large bodies.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
 from google.protobuf.message import Message
-from starlette.concurrency import run_in_threadpool
 
-from app.api.negotiation import Body, read_body, request_media, response_media
+from app.api import isolation
+from app.api.admission import Admission
+from app.api.negotiation import Body, Media, read_body, request_media, response_media
+from app.auth import request_job_slot
 from app.settings import Settings, get_settings
 from core.ir.env import GenLimits
 from core.proto.limits import effective_max_depth
@@ -80,6 +85,49 @@ def _work_executor() -> DeepStackExecutor:
 Outcome = Response | Callable[[], Response]
 
 
+def admission(request: Request) -> Admission:
+    """The :class:`Admission` of the app for the running event loop (made on first use)."""
+    loop = asyncio.get_running_loop()
+    state = request.app.state
+    held = getattr(state, "admission", None)
+    if held is None or held[0] is not loop:
+        if held is not None:
+            held[1].close()
+        pool = worker_pool(request)
+        workers = int(getattr(pool, "size", 0) or 0) if pool is not None else 0
+        held = (loop, Admission(current_settings(request), workers))
+        state.admission = held
+    adm: Admission = held[1]
+    return adm
+
+
+def _isolation_pool(request: Request) -> Any:
+    """The app's isolation pool, started on the first large body (closed by the lifespan)."""
+    state = request.app.state
+    if getattr(state, "isolation", None) is None:
+        state.isolation = isolation.start_isolation_pool(current_settings(request))
+    return state.isolation
+
+
+async def _isolated(pool: Any, work: Callable[[Body, Context], Outcome], body: Body,
+                    ctx: Context) -> Outcome:
+    """Serve a large body in the isolation pool (:mod:`app.api.isolation`); work that must
+    wait on the execution workers comes back here."""
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(
+        None, pool.submit, isolation.run_isolated, work, body, replace(ctx, pool=None))
+    if result == isolation.NEEDS_SERVER:
+        return await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
+    return isolation.answer(result)
+
+
+def _declared_length(request: Request) -> int | None:
+    try:
+        return int(request.headers.get("content-length", ""))
+    except ValueError:
+        return None  # read_body names the bad header
+
+
 async def serve(
     request: Request,
     work: Callable[[Body, Context], Outcome],
@@ -92,25 +140,39 @@ async def serve(
     ``message`` is the request message class (read early for hopeless bodies).
 
     Raises:
-        ProblemError: 415 / 406.
+        ProblemError: 415 / 406; 429 / 503 from admission control.
         LimitExceededError, DecodeError: from reading the body; anything ``work`` raises.
     """
     settings = current_settings(request)
     media = request_media(request.headers.get("content-type"))
     accept, accept_type = response_media(request.headers.get("accept"))
-    data, text = await read_body(request, settings.max_body_bytes, media, message.DESCRIPTOR)
-    body = Body(data, media, accept, accept_type, text)
     limits = GenLimits(max_depth=effective_max_depth(settings.max_depth),
                        max_ops=settings.max_ops)
-    ctx = Context(settings, limits, worker_pool(request))
-    if blocking:
-        outcome = await run_in_threadpool(work, body, ctx)
-    elif len(data) + len(text or "") <= INLINE_BYTES:
-        outcome = work(body, ctx)
-    else:
-        # The request's context goes along (request ID, op counts: app.observability).
-        run = contextvars.copy_context().run
-        outcome = await asyncio.wrap_future(_work_executor().submit(run, work, body, ctx))
-    if isinstance(outcome, Response):
-        return outcome
-    return await run_in_threadpool(outcome)
+    adm = admission(request)
+    with adm.client(request), (nullcontext() if blocking else adm.generating()):
+        gate = adm.body_gate(_declared_length(request), media is Media.JSON, limits.max_ops,
+                             limits.max_depth)
+        try:
+            data, text = await read_body(request, settings.max_body_bytes, media,
+                                         message.DESCRIPTOR, watch=gate.watch)
+            body = Body(data, media, accept, accept_type, text)
+            ctx = Context(settings, limits, worker_pool(request))
+            if blocking:
+                with request_job_slot(ctx.pool):
+                    async with adm.job_slot():
+                        outcome = await adm.run_job(work, body, ctx)
+            elif len(data) + len(text or "") <= INLINE_BYTES:
+                outcome = work(body, ctx)
+            elif gate.held and settings.isolate_large_bodies:
+                outcome = await _isolated(_isolation_pool(request), work, body, ctx)
+            else:
+                # The request's context goes along (request ID, op counts: app.observability).
+                run = contextvars.copy_context().run
+                outcome = await asyncio.wrap_future(_work_executor().submit(run, work, body, ctx))
+            if isinstance(outcome, Response):
+                return outcome
+            with request_job_slot(ctx.pool):
+                async with adm.job_slot():
+                    return await adm.run_job(outcome)
+        finally:
+            gate.release()

@@ -208,4 +208,26 @@ def responses(model: str, pb_message: str | None = None) -> dict[int | str, dict
         out[422] = _problem(
             "Net cannot be differentiated as asked (every offending op listed), or nested too deep"
         )
+        out.update(overload_responses())
     return out
+
+
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def overload_responses() -> dict[int | str, dict[str, Any]]:
+    """408 / 429 / 503 of every POST route (issue 14: admission control and timeouts)."""
+    return {
+        408: _problem("The body did not arrive within NETGRAD_BODY_TIMEOUT_S"),
+        429: {**_problem("This client has more than NETGRAD_MAX_CLIENT_INFLIGHT requests in "
+                         "progress"), "headers": _RETRY_AFTER},
+        503: {**_problem("Server at capacity (generation or large-body bound), job queue full "
+                         "or workers busy (workers_busy), an execution worker died under the "
+                         "job (worker_lost), or no workers configured; retry after "
+                         "Retry-After seconds"), "headers": _RETRY_AFTER},
+    }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -144,7 +145,8 @@ def response_media(accept: str | None) -> tuple[Media, str]:
 
 
 async def read_body(
-    request: Request, limit: int, media: Media, message: Any = None
+    request: Request, limit: int, media: Media, message: Any = None,
+    watch: Callable[[bytes], None] | None = None,
 ) -> tuple[bytes, str | None]:
     """Read the body as it streams in: ``(bytes, None)`` for binary bodies, ``(b"", text)``
     for JSON ones (decoded from UTF-8 chunk by chunk; the bytes are not kept).
@@ -155,7 +157,9 @@ async def read_body(
     whose start is not UTF-8 (400; ``message`` is the descriptor of the request message).
     The rest of such a body is not read:
     the answer asks to close the connection (``request.state.close_connection``), so a
-    64 MiB hostile body costs the server one chunk, not 64 MiB of parsing.
+    64 MiB hostile body costs the server one chunk, not 64 MiB of parsing. ``watch`` sees
+    every chunk as it arrives and may refuse the body the same way (admission control and
+    the streaming op count, :mod:`app.api.admission`).
 
     Raises:
         LimitExceededError: code ``body_too_large``.
@@ -183,6 +187,8 @@ async def read_body(
             total += len(chunk)
             if total > limit:
                 raise _too_large(limit, f"more than {limit} bytes")
+            if watch is not None:
+                watch(chunk)
             if decoder is None and not chunks:
                 _check_binary_start(chunk, size)
                 if message is not None and size is not None and size > len(chunk):

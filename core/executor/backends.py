@@ -26,10 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from core.errors import BusyError, ExecutionError, NetgradError
-from core.executor.limits import RunLimits
+from core.executor.limits import RunLimits, default_limits
 from core.executor.pool import WorkerPool, _rebuild_error
 
 #: ``on_done(done, total)``: called after each finished job of a :meth:`Backend.map`.
@@ -78,10 +78,11 @@ class Backend(Protocol):
 
 
 def as_backend(executor: Any) -> Backend:
-    """``executor`` as a :class:`Backend`: a bare :class:`WorkerPool` is wrapped."""
-    if isinstance(executor, WorkerPool):
+    """``executor`` as a :class:`Backend`: a bare :class:`WorkerPool` (or anything with only a
+    pool's ``submit``, e.g. a wrapper) is wrapped."""
+    if isinstance(executor, WorkerPool) or not hasattr(executor, "map"):
         return PoolBackend(executor)
-    return executor
+    return cast(Backend, executor)
 
 
 class PoolBackend:
@@ -91,8 +92,8 @@ class PoolBackend:
 
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
-        self.size = pool.size
-        self.limits = pool.limits
+        self.size = getattr(pool, "size", 1)
+        self.limits = getattr(pool, "limits", default_limits())
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """See :meth:`core.executor.pool.WorkerPool.submit` (same errors)."""

@@ -26,7 +26,7 @@ LIMIT_CODES: dict[str, str] = {
 LIMITS: tuple[str, ...] = ("wall_clock", "memory", "elements", "iterations")
 #: Why a worker was replaced: it died (crash, kill, OOM killer), ran past the wall clock,
 #: exhausted its memory limit, or could not load jobs.
-REPLACE_REASONS: tuple[str, ...] = ("crashed", "wall_clock", "memory", "broken")
+REPLACE_REASONS: tuple[str, ...] = ("crashed", "wall_clock", "memory", "broken", "recycled")
 
 
 def limit_of(exc: BaseException | None) -> str | None:

@@ -9,8 +9,9 @@ server threads or sockets are inherited. Per job:
   raises :class:`~core.errors.LimitExceededError`;
 * memory - each worker sets ``RLIMIT_AS`` to ``limits.memory_bytes``; a ``MemoryError``
   becomes :class:`~core.errors.LimitExceededError` and the worker is recycled;
-* crash - a worker that dies mid-job gives :class:`~core.errors.ExecutionError`, and a
-  replacement is started;
+* crash - a worker that dies mid-job (kill -9, the OOM killer) gives
+  :class:`~core.errors.WorkerLostError` (a server fault, retryable), and a replacement is
+  started;
 * ``max_elements`` / ``max_loop_iterations`` - installed as the worker's default
   :class:`~core.executor.limits.RunLimits`, used by jobs that pass no limits of their own.
 
@@ -33,7 +34,13 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from core.errors import BusyError, ExecutionError, LimitExceededError, NetgradError
+from core.errors import (
+    BusyError,
+    ExecutionError,
+    LimitExceededError,
+    NetgradError,
+    WorkerLostError,
+)
 from core.executor.limits import RunLimits
 from core.executor.observer import PoolObserver, PoolStatus, limit_of
 from core.types import Diagnostic
@@ -120,6 +127,7 @@ class _Worker:
         self.proc.start()
         child_conn.close()
         self.ready = False
+        self.jobs = 0
 
     def wait_ready(self) -> bool:
         """Block until the worker reported ready; ``False`` if it died or timed out."""
@@ -198,6 +206,8 @@ class WorkerPool:
         queue_timeout_s: longest wait for an idle worker before :class:`BusyError`
             (``None``: wait as long as it takes).
         observer: told about jobs, waits and replaced workers (metrics); default: nobody.
+        recycle_after: replace a worker after it ran this many jobs (``None``: never), so
+            whatever memory its jobs left behind goes back to the OS with the process.
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).
@@ -210,6 +220,7 @@ class WorkerPool:
         start_method: str = "spawn",
         queue_timeout_s: float | None = None,
         observer: PoolObserver | None = None,
+        recycle_after: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"WorkerPool size must be >= 1, got {size}")
@@ -218,6 +229,7 @@ class WorkerPool:
         self.size = size
         self.limits = limits or RunLimits()
         self.queue_timeout_s = queue_timeout_s
+        self.recycle_after = recycle_after
         self._ctx = multiprocessing.get_context(start_method)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
@@ -244,7 +256,7 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
-        """Stop every worker. Further :meth:`submit` calls raise ExecutionError."""
+        """Stop every worker. Further :meth:`submit` calls raise WorkerLostError."""
         with self._lock:
             if self._closed:
                 return
@@ -328,8 +340,9 @@ class WorkerPool:
         Raises:
             LimitExceededError: the job exceeded the wall-clock limit (worker killed and
                 replaced) or the memory limit.
-            ExecutionError: the worker crashed (replaced), the job raised a non-netgrad
-                exception, or the pool is closed.
+            WorkerLostError: the worker crashed (replaced), no worker could be started, or
+                the pool is closed (a server fault: retry later).
+            ExecutionError: the job raised a non-netgrad exception.
             NetgradError: any netgrad error the job raised, same type and problems.
             BusyError: no worker became idle within ``queue_timeout_s``.
         """
@@ -338,7 +351,7 @@ class WorkerPool:
         try:
             while True:  # wait for an idle worker, noticing a close() meanwhile
                 if self._closed:
-                    raise ExecutionError("worker pool is closed")
+                    raise WorkerLostError("worker pool is closed (the service is stopping)")
                 try:
                     w = self._idle.get(timeout=0.5)
                     break
@@ -361,13 +374,13 @@ class WorkerPool:
                     break
                 w = self._replace(w)
             else:
-                raise ExecutionError("could not start an execution worker")
+                raise WorkerLostError("could not start an execution worker")
             try:
                 reply = self._exchange(w, fn, args)
                 if reply[0] == "broken":  # a worker that cannot load jobs: a fresh one retries
                     w = self._replace(w, "broken")
                     if not w.wait_ready():
-                        raise ExecutionError("could not start an execution worker")
+                        raise WorkerLostError("could not start an execution worker")
                     reply = self._exchange(w, fn, args)
                     if reply[0] == "broken":
                         w = self._replace(w, "broken")
@@ -375,8 +388,11 @@ class WorkerPool:
             except _WorkerLost as lost:
                 w = self._replace(w, "wall_clock" if limit_of(lost.error) else "crashed")
                 raise lost.error from lost.__cause__
+            w.jobs += 1
             if reply[0] == "limit":  # the worker exits after a MemoryError: replace it now
                 w = self._replace(w, "memory")
+            elif self.recycle_after is not None and w.jobs >= self.recycle_after:
+                w = self._replace(w, "recycled")
             return self._unpack(reply)
         except BaseException as exc:
             error = exc
@@ -399,7 +415,7 @@ class WorkerPool:
         try:
             w.conn.send((fn, args))
         except (OSError, ValueError) as exc:
-            err = ExecutionError(f"could not send the job to a worker: {exc}")
+            err: NetgradError = WorkerLostError(f"could not send the job to a worker: {exc}")
             raise _WorkerLost(err) from exc
         except Exception as exc:  # pickling the job failed; the worker is fine
             raise ExecutionError(f"job is not picklable: {exc!r}") from exc
@@ -420,9 +436,9 @@ class WorkerPool:
             w.proc.join(timeout=1)
             code = w.proc.exitcode if w.proc.exitcode is not None else code
             elapsed = time.monotonic() - start
-            err = ExecutionError(
+            err = WorkerLostError(
                 f"execution worker crashed after {elapsed:.2f} s (exit code {code}); "
-                "it was replaced"
+                "it was replaced: retry the request"
             )
             raise _WorkerLost(err) from exc
         return reply

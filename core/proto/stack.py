@@ -87,6 +87,9 @@ class DeepStackExecutor:
                 fut.set_result(fn(*args))
             except BaseException as exc:  # handed to the waiting caller
                 fut.set_exception(exc)
+            # Drop this job before waiting for the next: an idle thread must not keep the
+            # last request's body and answer alive (issue 14, memory after a burst).
+            del job, fut, fn, args
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``fn(*args)`` on one of the threads; its result or exception in a Future."""

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from app import cli
+from app.api.isolation import deployment_memory_bytes
 from app.main import create_app
 from app.settings import Settings
 from tests.api.live_server import REPO_ROOT, free_port
@@ -183,12 +184,12 @@ def test_k8s_manifests_agree_with_the_app_and_each_other() -> None:
         m["Service"]["spec"]["ports"][0]["name"])
     assert m["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]["name"] == (
         m["Deployment"]["metadata"]["name"])
-    # Memory: the limit holds every worker at its job limit plus 1 GiB for the server.
+    # Memory: the limit holds every process at its limit (app.api.isolation's rule).
     gib = 1024**3
     limit = c["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
-    need = int(config["NETGRAD_WORKERS"]) * int(config["NETGRAD_JOB_MEMORY_BYTES"]) + gib
-    assert int(limit[:-2]) * gib >= need
+    settings = Settings(**{k[len("NETGRAD_"):].lower(): v for k, v in config.items()})
+    assert int(limit[:-2]) * gib >= deployment_memory_bytes(settings)
 
 
 def test_manifests_validate_offline(tmp_path: Path) -> None:

@@ -245,7 +245,7 @@ def test_replaced_workers_are_counted_by_reason() -> None:
     """A job hung in one call is killed at the wall clock, a crashed worker and one whose
     job ran out of memory outside the executor exit: each is replaced and counted."""
     from app.metrics import WORKERS_REPLACED, PoolMetrics
-    from core.errors import ExecutionError, LimitExceededError
+    from core.errors import LimitExceededError, WorkerLostError
     from core.executor.limits import RunLimits
     from core.executor.pool import WorkerPool
 
@@ -259,7 +259,7 @@ def test_replaced_workers_are_counted_by_reason() -> None:
         observer.pool = pool
         with pytest.raises(LimitExceededError):
             pool.submit(time.sleep, 5)
-        with pytest.raises(ExecutionError):
+        with pytest.raises(WorkerLostError):  # a server-side fault: 503, not the request's
             pool.submit(_crash)
         with pytest.raises(LimitExceededError, match="memory"):
             pool.submit(np.ones, 400_000_000)  # 3.2 GB > 1 GiB of address space

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from api_schemas import netgrad_pb2
 from app.api import docs, wire
+from app.api.checks import require_ys
 from app.api.deps import Context, Outcome, serve
 from app.api.negotiation import Body
 from app.api.verification import run_verification
@@ -54,6 +55,7 @@ async def gradient_of_net(request: Request) -> Response:
 
 def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
     req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth)
+    require_ys(req.ys)
     ys = wire.ys_value(req.ys)
     res = api.gradient_for_net(
         req.net, ys, req.skip, req.return_net, ctx.limits, req.recompute, req.densify

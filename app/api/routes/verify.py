@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from api_schemas import netgrad_pb2
 from app.api import docs, wire
+from app.api.checks import require_ys
 from app.api.deps import Context, serve
 from app.api.negotiation import Body
 from app.api.verification import run_verification
@@ -29,6 +30,7 @@ async def verify_gradients(request: Request) -> Response:
 
 def _verify(body: Body, ctx: Context) -> Response:
     req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth)
+    require_ys(req.ys)
     c = run_verification(
         req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
         list(req.grad_ops) or None, req.recompute, ctx.pool, densify=req.densify,

@@ -10,7 +10,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from core.errors import ExecutionError, InvalidNetError, LimitExceededError
+from core.errors import (
+    BusyError,
+    ExecutionError,
+    InvalidNetError,
+    LimitExceededError,
+    WorkerLostError,
+)
 from core.executor.executor import execute
 from core.executor.limits import RunLimits, default_limits
 from core.executor.pool import WorkerPool
@@ -107,9 +113,11 @@ def test_a_hung_job_is_killed_and_the_worker_replaced(pool: WorkerPool) -> None:
     assert pool.submit(_sleep, 0.0) == "woke"
 
 
-def test_a_crashing_worker_gives_an_execution_error_and_is_replaced(pool: WorkerPool) -> None:
-    with pytest.raises(ExecutionError, match="crashed"):
+def test_a_crashing_worker_gives_a_retryable_error_and_is_replaced(pool: WorkerPool) -> None:
+    # A worker dying under a job is a server fault (503 + Retry-After), not the request's.
+    with pytest.raises(WorkerLostError, match="crashed") as info:
         pool.submit(_crash)
+    assert isinstance(info.value, BusyError) and not isinstance(info.value, ExecutionError)
     assert len(pool.pids()) == 2
     assert pool.submit(_sleep, 0.0) == "woke"
 
@@ -148,7 +156,7 @@ def test_closed_pool_refuses_jobs() -> None:
     p = WorkerPool(1, RunLimits(wall_clock_s=5))
     assert p.submit(_sleep, 0.0) == "woke"
     p.close()
-    with pytest.raises(ExecutionError, match="closed"):
+    with pytest.raises(WorkerLostError, match="closed"):
         p.submit(_sleep, 0.0)
 
 
@@ -209,3 +217,14 @@ def test_a_full_queue_answers_busy_instead_of_waiting_forever() -> None:
             busy_pool.submit(os.getpid)
         t.join()
         assert isinstance(busy_pool.submit(os.getpid), int)  # free again afterwards
+
+
+def test_recycle_after_replaces_a_worker_after_its_jobs() -> None:
+    with WorkerPool(1, RunLimits(wall_clock_s=5), recycle_after=2) as p:
+        first = p.pids()
+        assert p.submit(_sleep, 0.0) == "woke"
+        assert p.pids() == first  # one job: kept
+        assert p.submit(_sleep, 0.0) == "woke"
+        second = p.pids()
+        assert len(second) == 1 and second != first  # two jobs: replaced
+        assert p.submit(_sleep, 0.0) == "woke"

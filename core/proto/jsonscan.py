@@ -1,0 +1,237 @@
+"""Count ops, sub-net depth and containers of a JSON request *while it streams in*.
+
+A JSON body is decoded by ``json.loads`` only once it has been read whole, and Python objects
+cost ten to fifty times the bytes they come from. :class:`JsonScan` looks at the bytes as
+they arrive (chunk by chunk, without building anything) and refuses a body as soon as it
+holds
+
+* more ops than ``max_ops`` (413 ``too_many_ops``): an op is an object in an ``"op"`` array
+  (``NetDef.op``, sub-nets included) or the value of an ``"op"`` key
+  (``OpGradientRequest.op``) - the same count as :class:`core.ir.env.GenLimits.max_ops`;
+* sub-nets nested deeper than ``max_depth`` (422 ``nesting_too_deep``, with the sub-net path
+  as far as it has been read, e.g. ``op[3]:If/then_net/op[0]:Do/net``): a sub-net is the
+  object of an ``"n"`` key or an element of a ``"nets"`` array (``Argument.n`` /
+  ``Argument.nets``, :mod:`core.proto.limits`);
+* more JSON objects and arrays than ``max_containers`` (413 ``too_many_values``): junk that
+  is no net at all is refused before it is materialised.
+
+It only tokenises (strings, braces, brackets, colons); whether the JSON is valid is left to
+the parser. Structural characters are ASCII, so UTF-8 bytes are scanned as they come.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from core.errors import LimitExceededError
+
+# A complete string, a lone quote (a string that runs past the chunk), or a structural byte
+# (commas are not needed: a key is always the string just before a colon).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[{}\[\]:]')
+# The rest of a string that started in an earlier chunk, up to its closing quote.
+_STRING_END = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"')
+#: Bytes of a string kept as a possible key or op type / argument name.
+_KEEP = 256
+
+
+@dataclass
+class _Frame:
+    """One open container: ``{`` or ``[``, the key it is the value of, and path data."""
+
+    is_object: bool
+    key: bytes
+    depth: int
+    op_index: int = -1  # for an op object: its index in the op array
+    op_type: str = ""
+    arg_name: str = ""
+    children: int = 0  # elements of an array so far
+    path: str = ""  # sub-net path of this container's net (for errors)
+    last_key: bytes = b""
+    expect_value: bool = False
+    candidate: bytes | None = None  # a string in value position (of ``candidate_key``)
+    candidate_key: bytes = b""
+
+
+class JsonScan:
+    """Incremental scanner of a JSON request body (see the module doc).
+
+    Args:
+        max_ops: most ops (all nets together).
+        max_depth: deepest sub-net level (top level = 0).
+        max_containers: most JSON objects + arrays.
+
+    Raises (from :meth:`feed`):
+        LimitExceededError: ``too_many_ops`` / ``too_many_values`` (413 in the service),
+            ``nesting_too_deep`` (422).
+    """
+
+    def __init__(self, max_ops: int, max_depth: int, max_containers: int) -> None:
+        self.max_ops = max_ops
+        self.max_depth = max_depth
+        self.max_containers = max_containers
+        self.ops = 0
+        self.containers = 0
+        self._stack: list[_Frame] = []
+        self._partial: bytes | None = None  # start of a string still open (first _KEEP bytes)
+        self._escaped = False  # the previous chunk ended inside a string on a backslash
+        self._last_string: bytes | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Scan the next bytes of the body."""
+        pos = 0
+        if self._partial is not None:
+            pos = self._finish_string(chunk)
+            if pos < 0:
+                return
+        for m in _TOKEN.finditer(chunk, pos):
+            tok = m.group()
+            c = tok[0]
+            if c == 0x22:  # '"'
+                if len(tok) == 1 or (tok[-1] != 0x22 or _odd_backslashes(tok)):
+                    self._start_partial(chunk, m.start())
+                    return
+                self._string(tok[1:-1])
+            elif c == 0x3A:  # ':'
+                self._colon()
+            elif c in (0x7B, 0x5B):  # '{' '['
+                self._open(c == 0x7B)
+            else:
+                if self._stack:
+                    self._commit(self._stack.pop())
+                self._last_string = None
+
+    # -- strings ----------------------------------------------------------------------------
+    def _start_partial(self, chunk: bytes, start: int) -> None:
+        rest = chunk[start + 1:]
+        self._partial = rest[:_KEEP]
+        self._escaped = _odd_trailing_backslashes(rest)
+
+    def _finish_string(self, chunk: bytes) -> int:
+        """Continue an open string; the position after it, or -1 if it is still open."""
+        start = 1 if self._escaped else 0
+        if start > len(chunk):
+            return -1
+        m = _STRING_END.match(chunk, start)
+        partial = self._partial or b""
+        if m is None:
+            if len(partial) < _KEEP:
+                partial += chunk[: _KEEP - len(partial)]
+            self._partial = partial
+            self._escaped = _odd_trailing_backslashes(chunk[start:]) if chunk[start:] else (
+                self._escaped and not chunk)
+            return -1
+        self._partial = None
+        self._escaped = False
+        self._string((partial + chunk[: m.end() - 1])[:_KEEP])
+        return m.end()
+
+    def _string(self, value: bytes) -> None:
+        # Whether a string is a key shows only at the next token (a colon follows a key), so
+        # a string in value position is kept as a candidate and committed at the next
+        # string, bracket or brace (a non-string value before it leaves no token).
+        top = self._stack[-1] if self._stack else None
+        if top is not None:
+            self._commit(top)
+            if top.is_object and top.expect_value:
+                top.candidate = value
+                top.candidate_key = top.last_key
+                top.expect_value = False
+        self._last_string = value
+
+    def _commit(self, top: _Frame) -> None:
+        if top.candidate is None:
+            return
+        if top.op_index >= 0 and top.candidate_key == b"type":
+            top.op_type = top.candidate.decode("utf-8", "replace")
+        elif top.candidate_key == b"name":
+            top.arg_name = top.candidate.decode("utf-8", "replace")
+        top.candidate = None
+
+    def _colon(self) -> None:
+        top = self._stack[-1] if self._stack else None
+        if top is not None and top.is_object:
+            top.candidate = None  # the string before the colon was a key
+            top.last_key = self._last_string or b""
+            top.expect_value = True
+        self._last_string = None
+
+    # -- containers -------------------------------------------------------------------------
+    def _open(self, is_object: bool) -> None:
+        self.containers += 1
+        if self.containers > self.max_containers:
+            raise LimitExceededError.at(
+                f"the body holds more than {self.max_containers} JSON objects and arrays "
+                "(NETGRAD_MAX_JSON_CONTAINERS)",
+                code="too_many_values",
+            )
+        parent = self._stack[-1] if self._stack else None
+        key = b""
+        depth = 0
+        path = ""
+        op_index = -1
+        if parent is not None:
+            self._commit(parent)
+            depth, path = parent.depth, parent.path
+            if parent.is_object:
+                key = parent.last_key
+                parent.expect_value = False
+            else:
+                key = parent.key
+                parent.children += 1
+        self._last_string = None
+        frame = _Frame(is_object, key, depth, path=path)
+        if is_object and parent is not None:
+            if key == b"op":
+                op_index = parent.children - 1 if not parent.is_object else 0
+                frame.op_index = op_index
+                self.ops += 1
+                if self.ops > self.max_ops:
+                    raise LimitExceededError.at(
+                        f"the request holds more than {self.max_ops} ops (sub-nets included; "
+                        "NETGRAD_MAX_OPS)",
+                        code="too_many_ops",
+                    )
+            elif key in (b"n", b"nets"):
+                frame.depth = depth + 1
+                frame.path = self._subnet_path(key, parent)
+                if frame.depth > self.max_depth:
+                    op = self._op_frame()
+                    raise LimitExceededError.at(
+                        f"sub-nets are nested deeper than the limit of {self.max_depth} levels "
+                        f"at {frame.path}",
+                        op_index=op.op_index if op else None,
+                        op_type=op.op_type if op else None,
+                        path=frame.path,
+                        code="nesting_too_deep",
+                    )
+        self._stack.append(frame)
+
+    def _op_frame(self) -> _Frame | None:
+        for f in reversed(self._stack):
+            if f.op_index >= 0:
+                return f
+        return None
+
+    def _subnet_path(self, key: bytes, parent: _Frame) -> str:
+        """``<net path>/op[i]:Type/<arg name>`` (``[k]`` for ``nets``) of a new sub-net."""
+        arg = next((f for f in reversed(self._stack) if f.is_object and f.arg_name), None)
+        op = self._op_frame()
+        prefix = f"{op.path}/" if op is not None and op.path else ""
+        op_part = f"op[{op.op_index}]:{op.op_type}" if op is not None else "op[?]"
+        name = arg.arg_name if arg is not None else "?"
+        if key == b"nets":
+            return f"{prefix}{op_part}/{name}[{parent.children - 1}]"
+        return f"{prefix}{op_part}/{name}"
+
+
+def _odd_backslashes(tok: bytes) -> bool:
+    """A token ``"..."`` whose closing quote is escaped (cannot happen with the regex, kept
+    for safety)."""
+    n = len(tok) - 1 - len(tok[:-1].rstrip(b"\\"))
+    return n % 2 == 1
+
+
+def _odd_trailing_backslashes(data: bytes) -> bool:
+    n = len(data) - len(data.rstrip(b"\\"))
+    return n % 2 == 1
