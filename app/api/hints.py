@@ -113,6 +113,19 @@ def bare_net_hint(route: str) -> str:
     return BARE_NET.format(kind=desc.name, extra=extra)
 
 
+def bare_text_hint(message_name: str) -> str:
+    """What to send instead of a bare NetDef / OperatorDef in text format, for the request
+    message ``message_name`` (e.g. ``NetGradientRequest``)."""
+    route = next((r for r, d in ROUTE_MESSAGES.items() if d.name == message_name), "")
+    if message_name == "OpGradientRequest":
+        text = 'op { <your OperatorDef> } g_output { dense: "<output>_grad" }'
+    elif message_name == "RunRequest":
+        text = 'net { <your NetDef> } fetch: "<blob>"'
+    else:
+        text = 'net { <your NetDef> } ys { blob: "<output blob>" }'
+    return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text}"
+
+
 def _append(p: Diagnostic, hint: str) -> Diagnostic:
     if hint in p.message:
         return p

@@ -100,9 +100,34 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
     raise DecodeError.at(f"{exc.message}; {hint}", code=code) from exc
 
 
+def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 naming the wrapper when a text-format body is a bare NetDef / OperatorDef
+    (as :func:`_refuse_bare_message` does for binary bodies).
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
+    """
+    from app.api.hints import bare_text_hint
+
+    is_op = cls is netgrad_pb2.OpGradientRequest
+    try:
+        bare = codec.from_text(text, caffe2_pb2.OperatorDef if is_op else caffe2_pb2.NetDef)
+    except DecodeError:
+        return
+    if not (bare.type if isinstance(bare, caffe2_pb2.OperatorDef) else len(bare.op)):
+        return
+    code = "bare_operatordef" if is_op else "bare_netdef"
+    raise DecodeError.at(f"{exc.message}; {bare_text_hint(cls.DESCRIPTOR.name)}",
+                         code=code) from exc
+
+
 def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
     """A ``text/x-protobuf`` body: the request message in protobuf text format."""
-    msg = codec.from_text(body.text or "", cls)
+    try:
+        msg = codec.from_text(body.text or "", cls)
+    except DecodeError as exc:
+        _refuse_bare_text(body.text or "", cls, exc)
+        raise
     for f in cls.DESCRIPTOR.fields:
         if f.message_type in _NET_TYPES:
             value = getattr(msg, f.name)

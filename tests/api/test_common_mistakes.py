@@ -59,6 +59,10 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
      lambda c: c.post("/v1/gradients/net", content=_net_pb().SerializeToString(),
                       headers={"Content-Type": "application/protobuf"}),
      400, "bare_netdef", ["NetGradientRequest", "`net`"]),
+    ("bare NetDef in text format",
+     lambda c: c.post("/v1/gradients/net", content='op { type: "Relu" input: "x" output: "y" }',
+                      headers={"Content-Type": "text/x-protobuf"}),
+     400, "bare_netdef", ["NetGradientRequest", "`net`", 'net { <your NetDef> } ys {']),
     ("pbtxt body sent as JSON",
      lambda c: c.post("/v1/gradients/net", content=codec.to_text(_net_pb()),
                       headers={"Content-Type": "application/json"}),
@@ -110,6 +114,19 @@ def test_bare_operatordef_names_the_wrapper(client: TestClient) -> None:
                                       headers={"Content-Type": "application/protobuf"}), 400)
     assert body["errors"][0]["code"] == "bare_operatordef"
     assert "OpGradientRequest" in body["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(("route", "wrapper", "text"), [
+    ("/v1/gradients/op", "OpGradientRequest", 'type: "Relu" input: "x" output: "y"'),
+    ("/v1/verify", "VerifyRequest", 'op { type: "Relu" input: "x" output: "y" }'),
+    ("/v1/run", "RunRequest", 'op { type: "Relu" input: "x" output: "y" }'),
+])
+def test_bare_message_in_text_format_names_the_wrapper(client: TestClient, route: str,
+                                                       wrapper: str, text: str) -> None:
+    r = client.post(route, content=text, headers={"Content-Type": "text/x-protobuf"})
+    body = assert_problem(r, 400)
+    assert body["errors"][0]["code"] in ("bare_netdef", "bare_operatordef")
+    assert wrapper in body["errors"][0]["message"] and "text/x-protobuf" in body["detail"]
 
 
 def test_lower_camel_case_field_is_accepted(client: TestClient) -> None:
