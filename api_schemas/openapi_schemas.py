@@ -438,6 +438,12 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                        '(they still run).'},
                                'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                              'description': 'With ys: as for /v1/gradients/net.'},
+                               'densify': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
+                                           'description': 'With ys: as for /v1/gradients/net, '
+                                                          'densify where sparse and dense '
+                                                          'gradients of a blob meet '
+                                                          '(SparseToDense, then a dense sum) '
+                                                          'instead of failing as Caffe2 does.'},
                                'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
                                                       {'type': 'null'}],
                                             'description': 'Weights from a Caffe2 init_net, as '

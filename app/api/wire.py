@@ -111,10 +111,13 @@ def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
 
     is_op = cls is netgrad_pb2.OpGradientRequest
     try:
-        bare = codec.from_text(text, caffe2_pb2.OperatorDef if is_op else caffe2_pb2.NetDef)
+        if is_op:
+            found = bool(codec.from_text(text, caffe2_pb2.OperatorDef).type)
+        else:
+            found = len(codec.from_text(text, caffe2_pb2.NetDef).op) > 0
     except DecodeError:
         return
-    if not (bare.type if isinstance(bare, caffe2_pb2.OperatorDef) else len(bare.op)):
+    if not found:
         return
     code = "bare_operatordef" if is_op else "bare_netdef"
     raise DecodeError.at(f"{exc.message}; {bare_text_hint(cls.DESCRIPTOR.name)}",

@@ -181,8 +181,9 @@ def verify_request(net: NetLike, ys: YsLike, *, inputs: Sequence[InputLike] = ()
 
 def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLike] = (),
                 init_net: NetLike | None = None, ys: YsLike | None = None, skip: int = 0,
-                recompute: bool = False) -> netgrad_pb2.RunRequest:
-    """``RunRequest``; with ``ys`` the gradient ops are appended before running."""
+                recompute: bool = False, densify: bool = False) -> netgrad_pb2.RunRequest:
+    """``RunRequest``; with ``ys`` the gradient ops are appended before running (``densify``
+    as for :func:`net_request`)."""
     req = netgrad_pb2.RunRequest(net=as_message(net, caffe2_pb2.NetDef), fetch=list(fetch))
     _add_inputs(req.inputs, inputs)
     if init_net is not None:
@@ -193,6 +194,8 @@ def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLik
         req.skip = skip
     if recompute:
         req.recompute = True
+    if densify:
+        req.densify = True
     return req
 
 
