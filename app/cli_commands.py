@@ -25,10 +25,10 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api import jsonmap
 from core.errors import DecodeError, InvalidRequestError
 from core.proto import codec
+from core.registry import GradientStatus
 
-#: Statuses of ``GET /v1/operators`` entries.
-STATUSES = ("gradient", "no_gradient", "should_not_differentiate", "not_implemented",
-            "gradient_op")
+#: Statuses of ``GET /v1/operators`` entries (every :class:`core.registry.GradientStatus`).
+STATUSES = tuple(s.value for s in GradientStatus)
 
 
 class CliError(Exception):
