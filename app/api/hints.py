@@ -84,6 +84,43 @@ def _known_fields(route: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+@cache
+def _field_paths(route: str) -> dict[str, str]:
+    """Field name -> where it sits in the JSON request of ``route`` (dotted, shallowest first;
+    a field with ``(json).inline`` has its fields at its parent's level)."""
+    desc = ROUTE_MESSAGES.get(route)
+    out: dict[str, str] = {}
+    queue: list[tuple[Any, str]] = [(desc, "")] if desc is not None else []
+    seen: set[str] = set()
+    while queue:
+        d, prefix = queue.pop(0)
+        if d.full_name in seen:
+            continue
+        seen.add(d.full_name)
+        for f in d.fields:
+            out.setdefault(f.name, prefix + f.name)
+            if f.message_type is None or f.message_type.GetOptions().map_entry:
+                continue
+            inline = (d.full_name.startswith("netgrad.v1.")
+                      and f.GetOptions().Extensions[netgrad_pb2.json].inline)
+            queue.append((f.message_type, prefix if inline else f"{prefix}{f.name}."))
+    return out
+
+
+def _did_you_mean(name: str, route: str, top_level: bool) -> str | None:
+    """``did you mean `x`?`` for an unknown field ``name``; at the top level of the request,
+    a field that belongs deeper is named by its dotted path (``tolerances.atol``)."""
+    field = suggest_field(name, route)
+    if field is None:
+        return None
+    where = _field_paths(route).get(field, field) if top_level else field
+    if not top_level and field == name:  # the right name in the wrong message
+        where = _field_paths(route).get(field, field)
+    if where == name:
+        return None
+    return f"did you mean `{where}`?"
+
+
 def _norm(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
@@ -140,11 +177,9 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
             return bare_net_hint(route)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
-        field = suggest_field(path, route)
-        return f"did you mean `{field}`?" if field else None
+        return _did_you_mean(path, route, top_level=True)
     if p.code == "unknown_field":
-        field = suggest_field(path.rsplit(".", 1)[-1].split("[")[0], route)
-        return f"did you mean `{field}`?" if field else None
+        return _did_you_mean(path.rsplit(".", 1)[-1].split("[")[0], route, top_level=False)
     if p.code == "invalid_field" and path == "ys" and "required" in p.message:
         return YS_HINT
     if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
