@@ -85,6 +85,9 @@ def test_squeezenet_generate_draw_verify(browser: Any, server: str, tmp_path: Pa
     context, page, outside = _offline_page(browser, server)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    failed: list[str] = []  # e.g. Netron's init_net.pb beside each predict_net.pb
+    context.on("response", lambda r: failed.append(f"{r.status} {r.url}")
+               if r.status >= 400 else None)
     page.goto(server + "/")
     page.wait_for_selector("body[data-ready=true]")
     page.select_option("#example", "squeezenet")
@@ -122,6 +125,7 @@ def test_squeezenet_generate_draw_verify(browser: Any, server: str, tmp_path: Pa
     assert marks.count() == 4
     assert not outside, outside
     assert not errors, errors
+    assert not failed, failed
     print(f"screenshots in {tmp_path}")
     context.close()
 
