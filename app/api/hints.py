@@ -29,6 +29,9 @@ ROUTE_MESSAGES: dict[str, Any] = {
     "/v1/run": netgrad_pb2.RunRequest.DESCRIPTOR,
 }
 
+#: Routes whose request has a net, `ys` and `skip`.
+NET_ROUTES = frozenset({"/v1/gradients/net", "/v1/verify", "/v1/run", "/v1/jobs"})
+
 _NET_FIELDS = {f.name for f in caffe2_pb2.NetDef.DESCRIPTOR.fields}
 _OP_FIELDS = {f.name for f in caffe2_pb2.OperatorDef.DESCRIPTOR.fields}
 
@@ -163,10 +166,21 @@ def bare_text_hint(message_name: str) -> str:
     return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text}"
 
 
+def _stem(message: str) -> str:
+    """``message`` without its closing full stop (kept: an ellipsis)."""
+    text = message.rstrip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
+def join_hint(message: str, hint: str) -> str:
+    """``message; hint`` - one sentence, never ``.;``."""
+    return f"{_stem(message)}; {hint}"
+
+
 def _append(p: Diagnostic, hint: str) -> Diagnostic:
     if hint in p.message:
         return p
-    return dataclasses.replace(p, message=f"{p.message}; {hint}")
+    return dataclasses.replace(p, message=join_hint(p.message, hint))
 
 
 def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
@@ -185,7 +199,8 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
     if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
         return INPUTS_HINT
     # (an unknown op type's nearest names come from the engine: code unknown_operator)
-    if p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type:
+    if (p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type
+            and route in NET_ROUTES):  # (/v1/gradients/op has neither `ys` nor `skip`)
         return PARTIAL_HINT
     if p.code == "unknown_ys_blob":
         return UNKNOWN_YS_HINT
@@ -207,7 +222,7 @@ def detail_with_hints(detail: str, problems: Iterable[Diagnostic], before: Itera
     """``detail`` plus the first hint added to ``problems`` (compared with ``before``)."""
     for new, old in zip(problems, before, strict=False):
         if new.message != old.message:
-            return f"{detail}; {new.message[len(old.message) + 2:]}"
+            return join_hint(detail, new.message[len(_stem(old.message)) + 2:])
     return detail
 
 
