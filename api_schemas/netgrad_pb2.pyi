@@ -257,13 +257,14 @@ class VerifyResponse(_message.Message):
     def __init__(self, report: _Optional[_Union[VerifyReport, _Mapping]] = ..., grad_ops: _Optional[_Iterable[_Union[_caffe2_pb2.OperatorDef, _Mapping]]] = ..., grad_map: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("net", "inputs", "fetch", "ys", "skip", "recompute", "init_net")
+    __slots__ = ("net", "inputs", "fetch", "ys", "skip", "recompute", "densify", "init_net")
     NET_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
     YS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    DENSIFY_FIELD_NUMBER: _ClassVar[int]
     INIT_NET_FIELD_NUMBER: _ClassVar[int]
     net: _caffe2_pb2.NetDef
     inputs: _containers.RepeatedCompositeFieldContainer[InputSpec]
@@ -271,8 +272,9 @@ class RunRequest(_message.Message):
     ys: _containers.RepeatedCompositeFieldContainer[GradientMapEntry]
     skip: int
     recompute: bool
+    densify: bool
     init_net: _caffe2_pb2.NetDef
-    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., fetch: _Optional[_Iterable[str]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., recompute: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
+    def __init__(self, net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputSpec, _Mapping]]] = ..., fetch: _Optional[_Iterable[str]] = ..., ys: _Optional[_Iterable[_Union[GradientMapEntry, _Mapping]]] = ..., skip: _Optional[int] = ..., recompute: _Optional[bool] = ..., densify: _Optional[bool] = ..., init_net: _Optional[_Union[_caffe2_pb2.NetDef, _Mapping]] = ...) -> None: ...
 
 class BlobValue(_message.Message):
     __slots__ = ("blob", "tensor")

@@ -387,7 +387,8 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                          'description': 'Dimensions, outermost first.'},
                                'dtype': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                          'description': 'float32, float64 (default), int32, int64 '
-                                                        'or bool.'},
+                                                        'or bool (also spelt float, FLOAT, '
+                                                        'double, DOUBLE, INT32, INT64, BOOL).'},
                                'distribution': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                                 'description': 'uniform in [low, high) (default '
                                                                '[-1, 1)); normal (the default: '
@@ -438,6 +439,12 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                        '(they still run).'},
                                'recompute': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
                                              'description': 'With ys: as for /v1/gradients/net.'},
+                               'densify': {'anyOf': [{'type': 'boolean'}, {'type': 'null'}],
+                                           'description': 'With ys: as for /v1/gradients/net, '
+                                                          'densify where sparse and dense '
+                                                          'gradients of a blob meet '
+                                                          '(SparseToDense, then a dense sum) '
+                                                          'instead of failing as Caffe2 does.'},
                                'init_net': {'anyOf': [{'$ref': '#/components/schemas/caffe2.NetDef'},
                                                       {'type': 'null'}],
                                             'description': 'Weights from a Caffe2 init_net, as '
@@ -474,8 +481,10 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                                     'scalar.'},
                            'dtype': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                      'description': 'float32, float64 (the default of inputs), '
-                                                    'int32, int64 or bool; an answer gives the '
-                                                    'NumPy name of the fetched array.'},
+                                                    'int32, int64 or bool (also spelt float, '
+                                                    'FLOAT, double, DOUBLE, INT32, INT64, BOOL); '
+                                                    'an answer gives the NumPy name of the '
+                                                    'fetched array.'},
                            'data': {'type': 'array',
                                     'items': {'anyOf': [{'type': 'number', 'format': 'double'},
                                                         {'enum': ['NaN',

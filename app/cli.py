@@ -6,16 +6,18 @@ Usage::
     netgrad keys add NAME [--file KEYS_FILE] [--max-jobs N]
     netgrad probe [livez|readyz] [--port 8000]
     netgrad grad FILE [--ys BLOB ...] [--skip N] [--format pbtxt|json] [--url URL] [--recompute]
-                 [--densify]
+                 [--densify] [--api-key KEY]
     netgrad verify FILE [--ys BLOB ...] [--init-net F] [--inputs F] [--random B:D1,D2 ...]
-                   [--mode fast|full] [--check BLOB ...] [--url URL]
+                   [--mode fast|full] [--check BLOB ...] [--url URL] [--api-key KEY]
     netgrad run FILE --fetch BLOB ... [--ys BLOB ...] [--init-net F] [--inputs F] [--url URL]
-    netgrad ops [--status STATUS] [--format text|json] [--url URL]
+                [--api-key KEY]
+    netgrad ops [--status STATUS] [--format text|json] [--url URL] [--api-key KEY]
     netgrad --version
 
 ``grad`` reads ``.pb`` (binary), ``.pbtxt``/``.txt`` (text format) or ``.json`` NetDefs and
 generates locally with :mod:`core`, or asks a running server when ``--url`` is given (binary
-protobuf both ways, so any Argument bytes survive). Without ``--ys`` it uses the net's
+protobuf both ways, so any Argument bytes survive; ``--api-key`` or ``NETGRAD_API_KEY`` for a
+server with API keys). Without ``--ys`` it uses the net's
 ``external_output``, or else the first output of its last op.
 """
 
@@ -93,9 +95,11 @@ def _generate_local(
 
 def _generate_remote(
     url: str, net: caffe2_pb2.NetDef, ys: list[str], skip: int, recompute: bool,
-    densify: bool = False,
+    densify: bool = False, api_key: str | None = None,
 ) -> tuple[list[caffe2_pb2.OperatorDef], dict[str, GradValue], list[Diagnostic]]:
     import httpx
+
+    from app.cli_commands import key_headers
 
     req = netgrad_pb2.NetGradientRequest(
         net=net, skip=skip, recompute=recompute, densify=densify
@@ -106,7 +110,8 @@ def _generate_remote(
         resp = httpx.post(
             url.rstrip("/") + "/v1/gradients/net",
             content=codec.to_binary(req),
-            headers={"Content-Type": "application/protobuf", "Accept": "application/protobuf"},
+            headers={"Content-Type": "application/protobuf", "Accept": "application/protobuf",
+                     **key_headers(api_key)},
             timeout=600.0,
         )
     except httpx.HTTPError as exc:
@@ -192,7 +197,7 @@ def _cmd_grad(ns: argparse.Namespace) -> int:
         ys = list(ns.ys) if ns.ys else default_ys(net)
         if ns.url:
             grad_ops, grad_map, diags = _generate_remote(
-                ns.url, net, ys, ns.skip, ns.recompute, ns.densify
+                ns.url, net, ys, ns.skip, ns.recompute, ns.densify, ns.api_key
             )
         else:
             grad_ops, grad_map, diags = _generate_local(
@@ -248,6 +253,10 @@ CLI_HINTS = {
                      "init_net)",
     "gradient_not_defined": "for a partial gradient, pass --ys with outputs that do not "
                             "depend on that op, or --skip N to leave out the first N ops",
+    "api_key_missing": "the server needs an API key: pass --api-key KEY or set "
+                       "NETGRAD_API_KEY",
+    "api_key_invalid": "the server does not know that API key (--api-key / NETGRAD_API_KEY); "
+                       "ask its operator for one (netgrad keys add NAME)",
 }
 
 
@@ -295,7 +304,8 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
         ys = list(ns.ys) if ns.ys else default_ys(net)
         req = cc.verify_request(ns, net, ys, _load_init_net(ns.init_net))
         if ns.url:
-            res = cc.remote(ns.url, "/v1/verify", req, netgrad_pb2.VerifyResponse)
+            res = cc.remote(ns.url, "/v1/verify", req, netgrad_pb2.VerifyResponse,
+                            ns.api_key)
         else:
             res = cc.verify_local(req)
         cc.print_diagnostics([d for d in res.diagnostics if d.code != "verify_passed"])
@@ -311,7 +321,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     def work() -> int:
         req = cc.run_request(ns, load_net(Path(ns.file)), _load_init_net(ns.init_net))
         if ns.url:
-            res = cc.remote(ns.url, "/v1/run", req, netgrad_pb2.RunResponse)
+            res = cc.remote(ns.url, "/v1/run", req, netgrad_pb2.RunResponse, ns.api_key)
         else:
             res = cc.run_local(req)
         cc.print_diagnostics(res.diagnostics)
@@ -327,7 +337,8 @@ def _cmd_ops(ns: argparse.Namespace) -> int:
     def work() -> int:
         if ns.url:
             params = {"status": ns.status} if ns.status else None
-            entries = cc.remote_get(ns.url, "/v1/operators", params)["operators"]
+            entries = cc.remote_get(ns.url, "/v1/operators", params,
+                                    ns.api_key)["operators"]
         else:
             entries = cc.operators_local()
         if ns.status:  # also when a server does not filter
@@ -342,7 +353,7 @@ def _cmd_ops(ns: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``netgrad`` command."""
     from app import __version__
-    from app.cli_commands import add_parsers
+    from app.cli_commands import add_api_key, add_parsers
 
     parser = argparse.ArgumentParser(prog="netgrad", description="Caffe2 gradient nets")
     parser.add_argument("--version", action="version", version=f"netgrad {__version__}")
@@ -376,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(default: local)")
     grad.set_defaults(func=_cmd_grad)
     add_parsers(sub, _cmd_verify, _cmd_run, _cmd_ops)
+    add_api_key(grad)
     ops_cli.add_commands(sub)
     return parser
 

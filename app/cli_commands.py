@@ -4,15 +4,18 @@ Each works locally (the engine in this process; numeric work too) or against a s
 ``--url`` (binary protobuf both ways, as ``netgrad grad`` does). Inputs come from
 ``--inputs FILE`` (a JSON list of InputSpec, as in the API), ``--random BLOB:D1,D2``
 (a random tensor of that shape) and ``--init-net FILE`` (a Caffe2 init_net whose blobs are
-fed, e.g. a model zoo's ``init_net.pb``). Errors are printed once, as the server's problem
-document would state them (with the same hints), and exit with status 1; an unreadable
-file exits with 2. ``verify`` exits with 1 when the check fails.
+fed, e.g. a model zoo's ``init_net.pb``). A server with API keys needs ``--api-key KEY`` (or
+the ``NETGRAD_API_KEY`` environment variable), sent as ``Authorization: Bearer KEY``. Errors
+are printed once, as the server's problem document would state them (with the same hints),
+and exit with status 1; an unreadable file exits with 2. ``verify`` exits with 1 when the
+check fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,10 +25,10 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api import jsonmap
 from core.errors import DecodeError, InvalidRequestError
 from core.proto import codec
+from core.registry import GradientStatus
 
-#: Statuses of ``GET /v1/operators`` entries.
-STATUSES = ("gradient", "no_gradient", "should_not_differentiate", "not_implemented",
-            "gradient_op")
+#: Statuses of ``GET /v1/operators`` entries (every :class:`core.registry.GradientStatus`).
+STATUSES = tuple(s.value for s in GradientStatus)
 
 
 class CliError(Exception):
@@ -122,8 +125,18 @@ def run_request(ns: argparse.Namespace, net: caffe2_pb2.NetDef,
 
 
 # -- local and remote execution --------------------------------------------------------------------
-def remote(url: str, path: str, req: Any, cls: type[Any]) -> Any:
-    """POST ``req`` as binary protobuf; the ``cls`` answer.
+#: Environment variable holding the API key of ``--url`` (``--api-key`` wins).
+API_KEY_ENV = "NETGRAD_API_KEY"
+
+
+def key_headers(api_key: str | None) -> dict[str, str]:
+    """``Authorization: Bearer <key>`` for a key, else nothing."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def remote(url: str, path: str, req: Any, cls: type[Any], api_key: str | None = None) -> Any:
+    """POST ``req`` as binary protobuf (with ``api_key`` as a bearer token); the ``cls``
+    answer.
 
     Raises:
         CliError: the server refused (its problem document) or could not be reached.
@@ -133,7 +146,7 @@ def remote(url: str, path: str, req: Any, cls: type[Any]) -> Any:
     try:
         r = httpx.post(url.rstrip("/") + path, content=codec.to_binary(req), timeout=600.0,
                        headers={"Content-Type": "application/protobuf",
-                                "Accept": "application/protobuf"})
+                                "Accept": "application/protobuf", **key_headers(api_key)})
     except httpx.HTTPError as exc:
         raise CliError("unreachable", f"cannot reach {url}: {exc}") from exc
     if r.status_code != 200:
@@ -141,7 +154,8 @@ def remote(url: str, path: str, req: Any, cls: type[Any]) -> Any:
     return codec.from_binary(r.content, cls)
 
 
-def remote_get(url: str, path: str, params: dict[str, str] | None = None) -> Any:
+def remote_get(url: str, path: str, params: dict[str, str] | None = None,
+               api_key: str | None = None) -> Any:
     """GET a JSON answer.
 
     Raises:
@@ -150,7 +164,8 @@ def remote_get(url: str, path: str, params: dict[str, str] | None = None) -> Any
     import httpx
 
     try:
-        r = httpx.get(url.rstrip("/") + path, params=params, timeout=60.0)
+        r = httpx.get(url.rstrip("/") + path, params=params, timeout=60.0,
+                      headers=key_headers(api_key))
     except httpx.HTTPError as exc:
         raise CliError("unreachable", f"cannot reach {url}: {exc}") from exc
     if r.status_code != 200:
@@ -276,6 +291,14 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
                        help="feed BLOB a random normal tensor of that shape (default: none)")
     p.add_argument("--url", help="ask this server (e.g. http://127.0.0.1:8000) instead of "
                                  "running locally (default: local)")
+    add_api_key(p)
+
+
+def add_api_key(p: argparse.ArgumentParser) -> None:
+    """``--api-key``: the key of a ``--url`` server with API keys."""
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
+                   help=f"API key of the --url server, sent as 'Authorization: Bearer KEY' "
+                        f"(default: ${API_KEY_ENV}, else none)")
 
 
 def add_parsers(sub: Any, run_verify: Any, run_run: Any, run_ops: Any) -> None:
@@ -314,4 +337,5 @@ def add_parsers(sub: Any, run_verify: Any, run_run: Any, run_ops: Any) -> None:
                    help="one line per op type, or JSON (default: text)")
     o.add_argument("--url", help="ask this server instead of the local registry "
                                  "(default: local)")
+    add_api_key(o)
     o.set_defaults(func=run_ops)

@@ -131,3 +131,17 @@ def test_squeezenet_with_init_net(shared_dir: Path, tmp_path: Path, url: str, re
     out = capsys.readouterr().out
     assert all(f"PASS {b}:" in out for b in sq["check"])
     assert "numeric check (fast) passed: 4 blobs" in out
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "url"])
+def test_ops_accepts_every_status_the_api_accepts(url: str, remote: bool,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from core.registry import GradientStatus
+
+    for status in GradientStatus:
+        assert cli.main(["ops", "--status", status.value, "--format", "json",
+                         *_where(remote, url)]) == 0, status
+        entries = json.loads(capsys.readouterr().out)["operators"]
+        assert all(o["gradient"] == status.value for o in entries)
+        if status is GradientStatus.NOT_IMPLEMENTED_IN_NETGRAD:
+            assert entries, "no op type has that status any more: pick another example"

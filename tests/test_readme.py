@@ -36,6 +36,15 @@ def test_readme_starts_with_exactly_two_commands() -> None:
     assert test.endswith("python -m pytest")
 
 
+def test_readme_says_to_restart_the_server_right_after_the_commands() -> None:
+    """The second command reinstalls the package under a running first server (GET / then
+    answers 500): the first paragraph after the commands says to restart it."""
+    after = README[README.index("```", README.index("```") + 3) + 3:].lstrip()
+    first_paragraph = after.split("\n\n", 1)[0].replace("\n", " ")
+    assert "still running" in first_paragraph and "start it again" in first_paragraph
+    assert ".venv/bin/netgrad serve" in first_paragraph
+
+
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     _, test = _setup_commands()

@@ -28,7 +28,14 @@ from google.protobuf.message import Message
 
 from app.api import isolation
 from app.api.admission import Admission
-from app.api.negotiation import Body, Media, read_body, request_media, response_media
+from app.api.negotiation import (
+    Body,
+    Media,
+    check_content_encoding,
+    read_body,
+    request_media,
+    response_media,
+)
 from app.auth import request_job_slot
 from app.settings import Settings, get_settings
 from core.ir.env import GenLimits
@@ -140,11 +147,13 @@ async def serve(
     ``message`` is the request message class (read early for hopeless bodies).
 
     Raises:
-        ProblemError: 415 / 406; 429 / 503 from admission control.
+        ProblemError: 415 (type, or a Content-Encoding) / 406; 429 / 503 from admission
+            control.
         LimitExceededError, DecodeError: from reading the body; anything ``work`` raises.
     """
     settings = current_settings(request)
     media = request_media(request.headers.get("content-type"))
+    check_content_encoding(request.headers.get("content-encoding"))
     accept, accept_type = response_media(request.headers.get("accept"))
     limits = GenLimits(max_depth=effective_max_depth(settings.max_depth),
                        max_ops=settings.max_ops)

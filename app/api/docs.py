@@ -183,6 +183,11 @@ def request_body(
     }
 
 
+def problem_response(description: str) -> dict[str, Any]:
+    """An OpenAPI response whose body is a problem document."""
+    return _problem(description)
+
+
 def _problem(description: str) -> dict[str, Any]:
     return {
         "description": description,

@@ -29,6 +29,9 @@ ROUTE_MESSAGES: dict[str, Any] = {
     "/v1/run": netgrad_pb2.RunRequest.DESCRIPTOR,
 }
 
+#: Routes whose request has a net, `ys` and `skip`.
+NET_ROUTES = frozenset({"/v1/gradients/net", "/v1/verify", "/v1/run", "/v1/jobs"})
+
 _NET_FIELDS = {f.name for f in caffe2_pb2.NetDef.DESCRIPTOR.fields}
 _OP_FIELDS = {f.name for f in caffe2_pb2.OperatorDef.DESCRIPTOR.fields}
 
@@ -84,6 +87,43 @@ def _known_fields(route: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+@cache
+def _field_paths(route: str) -> dict[str, str]:
+    """Field name -> where it sits in the JSON request of ``route`` (dotted, shallowest first;
+    a field with ``(json).inline`` has its fields at its parent's level)."""
+    desc = ROUTE_MESSAGES.get(route)
+    out: dict[str, str] = {}
+    queue: list[tuple[Any, str]] = [(desc, "")] if desc is not None else []
+    seen: set[str] = set()
+    while queue:
+        d, prefix = queue.pop(0)
+        if d.full_name in seen:
+            continue
+        seen.add(d.full_name)
+        for f in d.fields:
+            out.setdefault(f.name, prefix + f.name)
+            if f.message_type is None or f.message_type.GetOptions().map_entry:
+                continue
+            inline = (d.full_name.startswith("netgrad.v1.")
+                      and f.GetOptions().Extensions[netgrad_pb2.json].inline)
+            queue.append((f.message_type, prefix if inline else f"{prefix}{f.name}."))
+    return out
+
+
+def _did_you_mean(name: str, route: str, top_level: bool) -> str | None:
+    """``did you mean `x`?`` for an unknown field ``name``; at the top level of the request,
+    a field that belongs deeper is named by its dotted path (``tolerances.atol``)."""
+    field = suggest_field(name, route)
+    if field is None:
+        return None
+    where = _field_paths(route).get(field, field) if top_level else field
+    if not top_level and field == name:  # the right name in the wrong message
+        where = _field_paths(route).get(field, field)
+    if where == name:
+        return None
+    return f"did you mean `{where}`?"
+
+
 def _norm(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
@@ -113,10 +153,34 @@ def bare_net_hint(route: str) -> str:
     return BARE_NET.format(kind=desc.name, extra=extra)
 
 
+def bare_text_hint(message_name: str) -> str:
+    """What to send instead of a bare NetDef / OperatorDef in text format, for the request
+    message ``message_name`` (e.g. ``NetGradientRequest``)."""
+    route = next((r for r, d in ROUTE_MESSAGES.items() if d.name == message_name), "")
+    if message_name == "OpGradientRequest":
+        text = 'op { <your OperatorDef> } g_output { dense: "<output>_grad" }'
+    elif message_name == "RunRequest":
+        text = 'net { <your NetDef> } fetch: "<blob>"'
+    else:
+        text = 'net { <your NetDef> } ys { blob: "<output blob>" }'
+    return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text}"
+
+
+def _stem(message: str) -> str:
+    """``message`` without its closing full stop (kept: an ellipsis)."""
+    text = message.rstrip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text
+
+
+def join_hint(message: str, hint: str) -> str:
+    """``message; hint`` - one sentence, never ``.;``."""
+    return f"{_stem(message)}; {hint}"
+
+
 def _append(p: Diagnostic, hint: str) -> Diagnostic:
     if hint in p.message:
         return p
-    return dataclasses.replace(p, message=f"{p.message}; {hint}")
+    return dataclasses.replace(p, message=join_hint(p.message, hint))
 
 
 def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
@@ -127,17 +191,16 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
             return bare_net_hint(route)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
-        field = suggest_field(path, route)
-        return f"did you mean `{field}`?" if field else None
+        return _did_you_mean(path, route, top_level=True)
     if p.code == "unknown_field":
-        field = suggest_field(path.rsplit(".", 1)[-1].split("[")[0], route)
-        return f"did you mean `{field}`?" if field else None
+        return _did_you_mean(path.rsplit(".", 1)[-1].split("[")[0], route, top_level=False)
     if p.code == "invalid_field" and path == "ys" and "required" in p.message:
         return YS_HINT
     if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
         return INPUTS_HINT
     # (an unknown op type's nearest names come from the engine: code unknown_operator)
-    if p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type:
+    if (p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type
+            and route in NET_ROUTES):  # (/v1/gradients/op has neither `ys` nor `skip`)
         return PARTIAL_HINT
     if p.code == "unknown_ys_blob":
         return UNKNOWN_YS_HINT
@@ -159,7 +222,7 @@ def detail_with_hints(detail: str, problems: Iterable[Diagnostic], before: Itera
     """``detail`` plus the first hint added to ``problems`` (compared with ``before``)."""
     for new, old in zip(problems, before, strict=False):
         if new.message != old.message:
-            return f"{detail}; {new.message[len(old.message) + 2:]}"
+            return join_hint(detail, new.message[len(_stem(old.message)) + 2:])
     return detail
 
 

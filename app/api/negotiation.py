@@ -103,6 +103,22 @@ def request_media(content_type: str | None) -> Media:
     )
 
 
+def check_content_encoding(encoding: str | None) -> None:
+    """Refuse a compressed body: requests are read as they are (``identity`` only).
+
+    Raises:
+        ProblemError: 415 ``unsupported_media_type`` for any other ``Content-Encoding``.
+    """
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip()]
+    if any(c != "identity" for c in codings):
+        raise ProblemError(
+            415,
+            "unsupported_media_type",
+            f"Content-Encoding {encoding!r} is not supported; send identity (an uncompressed "
+            "body, no Content-Encoding header)",
+        )
+
+
 def response_media(accept: str | None) -> tuple[Media, str]:
     """Response encoding and exact Content-Type for an ``Accept`` header (JSON by default).
 
@@ -199,12 +215,12 @@ async def read_body(
             try:
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total - len(chunk) + exc.start, exc.reason) from exc
+                raise _not_utf8(total - len(chunk) + exc.start, exc.reason, media) from exc
         if decoder is not None:
             try:
                 texts.append(decoder.decode(b"", final=True))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total, exc.reason) from exc
+                raise _not_utf8(total, exc.reason, media) from exc
     except (LimitExceededError, DecodeError):
         if size is None or total < size:  # unread bytes left: do not read them
             request.state.close_connection = True
@@ -214,9 +230,10 @@ async def read_body(
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), None
 
 
-def _not_utf8(position: int, reason: str) -> DecodeError:
+def _not_utf8(position: int, reason: str, media: Media = Media.JSON) -> DecodeError:
+    what = "text-format (text/x-protobuf) body" if media is Media.TEXT else "JSON body"
     return DecodeError.at(
-        f"JSON body is not valid UTF-8 (byte {position}: {reason}); names must be UTF-8 text",
+        f"{what} is not valid UTF-8 (byte {position}: {reason}); names must be UTF-8 text",
         code="invalid_utf8",
     )
 

@@ -105,6 +105,10 @@ def internal_error_example() -> Any:
     return json.loads(bytes(problem_response(500, "internal_error", INTERNAL_DETAIL, []).body))
 
 
+#: Operations that run no verification/run job and admit no body: never a 429.
+NO_JOBS = frozenset({"listOperators"})
+
+
 def _problem(description: str) -> dict[str, Any]:
     return {"description": description,
             "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
@@ -125,6 +129,8 @@ def _finish_operation(op: dict[str, Any], op_id: str) -> None:
             resp.get("content", {}).pop(t, None)
     for status, text in _EXTRA_STATUS.items():
         responses.setdefault(str(status), _problem(text))
+    if op_id in NO_JOBS:  # the per-key job limit (app.auth) cannot refuse it
+        responses.pop("429", None)
     responses["503"]["headers"] = dict(_RETRY_AFTER)
     recorded = dict(recorded_examples().get(op_id, {}))
     recorded.setdefault("500", {"Internal error": {"response": internal_error_example()}})

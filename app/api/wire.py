@@ -23,7 +23,7 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app import observability
 from app.api import jsonmap
 from app.api.negotiation import Body, Media, json_bytes
-from core.errors import DecodeError, LimitExceededError
+from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
 from core.types import Diagnostic, GradientSlice, GradValue
 from core.verify import InputSpec, RandomSpec, TensorSpec, VerifyOptions, VerifyReport
@@ -82,7 +82,7 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
     Raises:
         DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
     """
-    from app.api.hints import bare_net_hint
+    from app.api.hints import bare_net_hint, join_hint
 
     is_op = cls is netgrad_pb2.OpGradientRequest
     op, net = caffe2_pb2.OperatorDef(), caffe2_pb2.NetDef()
@@ -97,12 +97,40 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
              netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run"}
     hint = bare_net_hint(route.get(cls, ""))
     code = "bare_operatordef" if is_op else "bare_netdef"
-    raise DecodeError.at(f"{exc.message}; {hint}", code=code) from exc
+    raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
+
+
+def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 naming the wrapper when a text-format body is a bare NetDef / OperatorDef
+    (as :func:`_refuse_bare_message` does for binary bodies).
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
+    """
+    from app.api.hints import bare_text_hint, join_hint
+
+    is_op = cls is netgrad_pb2.OpGradientRequest
+    try:
+        if is_op:
+            found = bool(codec.from_text(text, caffe2_pb2.OperatorDef).type)
+        else:
+            found = len(codec.from_text(text, caffe2_pb2.NetDef).op) > 0
+    except DecodeError:
+        return
+    if not found:
+        return
+    code = "bare_operatordef" if is_op else "bare_netdef"
+    raise DecodeError.at(join_hint(exc.message, bare_text_hint(cls.DESCRIPTOR.name)),
+                         code=code) from exc
 
 
 def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
     """A ``text/x-protobuf`` body: the request message in protobuf text format."""
-    msg = codec.from_text(body.text or "", cls)
+    try:
+        msg = codec.from_text(body.text or "", cls)
+    except DecodeError as exc:
+        _refuse_bare_text(body.text or "", cls, exc)
+        raise
     for f in cls.DESCRIPTOR.fields:
         if f.message_type in _NET_TYPES:
             value = getattr(msg, f.name)
@@ -196,12 +224,33 @@ def _opt(msg: message.Message, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
+#: The dtype names inputs may give, with the Caffe2 / NumPy spellings the engine also takes.
+DTYPE_NAMES = ("float32 (or float, FLOAT), float64 (or double, DOUBLE), int32 (or INT32), "
+               "int64 (or INT64), bool (or BOOL)")
+
+
+def _check_dtype(i: netgrad_pb2.InputSpec, kind: str, n: int) -> None:
+    from core.verify.specs import DTYPES
+
+    dtype = getattr(i, kind).dtype
+    if dtype and dtype not in DTYPES:
+        raise InvalidRequestError.at(
+            f"input '{i.blob}': dtype {dtype!r} is not one of {DTYPE_NAMES}",
+            path=f"inputs[{n}].{kind}.dtype", blobs=[i.blob], code="invalid_dtype")
+
+
 def input_specs(specs: Iterable[netgrad_pb2.InputSpec]) -> list[InputSpec]:
-    """Fed blobs as the engine takes them (dtype default float64, distribution normal)."""
+    """Fed blobs as the engine takes them (dtype default float64, distribution normal).
+
+    Raises:
+        InvalidRequestError: a dtype name that is not one of :data:`DTYPE_NAMES`.
+    """
     out = []
-    for i in specs:
+    for n, i in enumerate(specs):
         kind = i.WhichOneof("kind")
         tensor = random = None
+        if kind is not None:
+            _check_dtype(i, kind, n)
         if kind == "tensor":
             t = i.tensor
             tensor = TensorSpec(list(t.shape), t.dtype or "float64", list(t.data))

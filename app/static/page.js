@@ -16,11 +16,14 @@ function el(tag, attrs = {}, ...children) {
 
 function setStatus(text) { $('status').textContent = text; }
 
+// `body`: an object (sent as JSON) or, for a file's own bytes or text, an ArrayBuffer or a
+// string (sent as it is, whatever its content type).
 async function call(method, url, body, contentType = 'application/json') {
   const init = { method, headers: {} };
   if (body !== undefined) {
     init.headers['Content-Type'] = contentType;
-    init.body = contentType === 'application/json' ? JSON.stringify(body) : body;
+    const raw = typeof body === 'string' || body instanceof ArrayBuffer;
+    init.body = raw ? body : JSON.stringify(body);
   }
   const r = await fetch(url, init);
   const type = r.headers.get('content-type') || '';
@@ -176,7 +179,8 @@ async function verify() {
   delete extra.inputs;
   setStatus('verifying...');
   try {
-    const res = await call('POST', '/v1/verify', { ...request(), ...extra, inputs, mode: 'fast' });
+    const res = await call('POST', '/v1/verify',
+      { ...request(), ...extra, inputs, mode: 'fast', densify: $('densify').checked });
     const report = res.report;
     $('verify-results').hidden = false;
     const verdict = $('verdict');

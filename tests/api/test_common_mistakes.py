@@ -59,6 +59,10 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
      lambda c: c.post("/v1/gradients/net", content=_net_pb().SerializeToString(),
                       headers={"Content-Type": "application/protobuf"}),
      400, "bare_netdef", ["NetGradientRequest", "`net`"]),
+    ("bare NetDef in text format",
+     lambda c: c.post("/v1/gradients/net", content='op { type: "Relu" input: "x" output: "y" }',
+                      headers={"Content-Type": "text/x-protobuf"}),
+     400, "bare_netdef", ["NetGradientRequest", "`net`", 'net { <your NetDef> } ys {']),
     ("pbtxt body sent as JSON",
      lambda c: c.post("/v1/gradients/net", content=codec.to_text(_net_pb()),
                       headers={"Content-Type": "application/json"}),
@@ -81,6 +85,9 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
     ("camelCase gOutputs",
      lambda c: c.post("/v1/gradients/op", json=_with(docs.DO_REQUEST, _camel_plural)),
      400, "unknown_field", ["did you mean `g_output`"]),
+    ("tolerance at the top level",
+     lambda c: c.post("/v1/verify", json={**docs.VERIFY_REQUEST, "atol": 1e-3}),
+     400, "unknown_field", ["did you mean `tolerances.atol`?"]),
     ("trailing slash",
      lambda c: c.post("/v1/gradients/net/", json=docs.NET_REQUEST),
      404, "not_found", ["drop the trailing slash", "POST /v1/gradients/net"]),
@@ -110,6 +117,34 @@ def test_bare_operatordef_names_the_wrapper(client: TestClient) -> None:
                                       headers={"Content-Type": "application/protobuf"}), 400)
     assert body["errors"][0]["code"] == "bare_operatordef"
     assert "OpGradientRequest" in body["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(("route", "wrapper", "text"), [
+    ("/v1/gradients/op", "OpGradientRequest", 'type: "Relu" input: "x" output: "y"'),
+    ("/v1/verify", "VerifyRequest", 'op { type: "Relu" input: "x" output: "y" }'),
+    ("/v1/run", "RunRequest", 'op { type: "Relu" input: "x" output: "y" }'),
+])
+def test_bare_message_in_text_format_names_the_wrapper(client: TestClient, route: str,
+                                                       wrapper: str, text: str) -> None:
+    r = client.post(route, content=text, headers={"Content-Type": "text/x-protobuf"})
+    body = assert_problem(r, 400)
+    assert body["errors"][0]["code"] in ("bare_netdef", "bare_operatordef")
+    assert wrapper in body["errors"][0]["message"] and "text/x-protobuf" in body["detail"]
+
+
+@pytest.mark.parametrize(("route", "body", "path", "want"), [
+    ("/v1/gradients/net", {**docs.NET_REQUEST, "atol": 1e-3}, "atol", "`verify.tolerances.atol`"),
+    ("/v1/verify", {**docs.VERIFY_REQUEST, "stepp": 1e-3}, "stepp", "`tolerances.step`"),
+    ("/v1/verify", {**docs.VERIFY_REQUEST, "tolerances": {"atoll": 1e-3}}, "tolerances.atoll",
+     "did you mean `atol`?"),
+    ("/v1/verify", {**docs.VERIFY_REQUEST, "Mode": "fast"}, "Mode", "did you mean `mode`?"),
+])
+def test_misplaced_nested_field_names_its_place(client: TestClient, route: str,
+                                                body: dict[str, Any], path: str,
+                                                want: str) -> None:
+    problem = assert_problem(client.post(route, json=body), 400)
+    (hit,) = [e for e in problem["errors"] if e["code"] == "unknown_field"]
+    assert hit["path"] == path and want in hit["message"], hit
 
 
 def test_lower_camel_case_field_is_accepted(client: TestClient) -> None:

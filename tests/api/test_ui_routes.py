@@ -52,7 +52,11 @@ def test_kept_net_is_served_as_predict_net_pb(client: TestClient) -> None:
     assert client.post("/ui/nets", json=docs.MLP_NET).json()["id"] == kept["id"]  # by content
     pb = client.get(kept["url"])
     assert pb.status_code == 200 and caffe2_pb2.NetDef.FromString(pb.content) == MLP
-    assert_problem(client.get(kept["url"].replace("predict_net", "init_net")), 404)
+    init = client.get(kept["url"].replace("predict_net", "init_net"))  # Netron asks for it
+    assert init.status_code == 200 and caffe2_pb2.NetDef.FromString(init.content) == \
+        caffe2_pb2.NetDef()
+    assert_problem(client.get(kept["url"].replace("predict_net", "other_net")), 404)
+    assert_problem(client.get("/ui/nets/0000000000000000/init_net.pb"), 404)
     assert_problem(client.get("/ui/nets/0000000000000000/predict_net.pb"), 404)
 
 

@@ -85,6 +85,9 @@ def test_squeezenet_generate_draw_verify(browser: Any, server: str, tmp_path: Pa
     context, page, outside = _offline_page(browser, server)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    failed: list[str] = []  # e.g. Netron's init_net.pb beside each predict_net.pb
+    context.on("response", lambda r: failed.append(f"{r.status} {r.url}")
+               if r.status >= 400 else None)
     page.goto(server + "/")
     page.wait_for_selector("body[data-ready=true]")
     page.select_option("#example", "squeezenet")
@@ -122,6 +125,7 @@ def test_squeezenet_generate_draw_verify(browser: Any, server: str, tmp_path: Pa
     assert marks.count() == 4
     assert not outside, outside
     assert not errors, errors
+    assert not failed, failed
     print(f"screenshots in {tmp_path}")
     context.close()
 
@@ -184,4 +188,64 @@ def test_swagger_offers_json_only_and_renders_offline(browser: Any, server: str,
     page.screenshot(path=str(tmp_path / "swagger.png"), full_page=False)
     assert "200" in text and "fc_w_grad" in text
     assert not outside, outside
+    context.close()
+
+
+MIXED_NET = {"name": "mixed", "op": [
+    {"type": "Gather", "input": ["E", "I"], "output": ["G"]},
+    {"type": "Relu", "input": ["E"], "output": ["R"]},
+    {"type": "ReduceSum", "input": ["G"], "output": ["Gs"],
+     "arg": [{"name": "keepdims", "i": 0}]},
+    {"type": "ReduceSum", "input": ["R"], "output": ["Rs"],
+     "arg": [{"name": "keepdims", "i": 0}]},
+    {"type": "Add", "input": ["Gs", "Rs"], "output": ["loss"]},
+]}
+MIXED_INPUTS = [
+    {"blob": "E", "random": {"shape": [4, 3], "distribution": "away_from_zero", "seed": 3}},
+    {"blob": "I", "tensor": {"shape": [2], "dtype": "int32", "data": [0, 2]}},
+]
+
+
+def test_paste_and_upload_json_then_verify_with_densify(browser: Any, server: str,
+                                                         tmp_path: Path) -> None:
+    """A JSON net pasted or uploaded as ``.json`` loads; Verify sends the densify box."""
+    import json
+
+    context, page, outside = _offline_page(browser, server)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server + "/")
+    page.wait_for_selector("body[data-ready=true]")
+    page.fill("#source", json.dumps(MIXED_NET, indent=1))
+    page.click("#load")
+    page.wait_for_selector("#net-summary:text('mixed: 5 ops')")
+    assert page.locator("#error").is_hidden()
+    assert page.locator("#ys option:checked").all_inner_texts() == ["loss"]
+
+    from app.api import docs
+
+    upload = tmp_path / "mlp.json"
+    upload.write_text(json.dumps(docs.MLP_NET))
+    page.set_input_files("#file", str(upload))
+    page.wait_for_selector("#net-summary:text('mlp: 3 ops')")
+    assert page.locator("#ys option:checked").all_inner_texts() == ["prob"]
+    assert page.locator("#error").is_hidden()
+
+    page.fill("#source", json.dumps(MIXED_NET))
+    page.click("#load")
+    page.wait_for_selector("#net-summary:text('mixed: 5 ops')")
+    page.click("#input details summary")
+    page.fill("#inputs", json.dumps(MIXED_INPUTS))
+    page.click("#verify")  # without densify: Caffe2's error, in words
+    page.wait_for_selector("#error:not([hidden])", timeout=120_000)
+    assert "densify" in page.locator("#error").inner_text()
+    page.check("#densify")
+    page.click("#verify")
+    page.wait_for_selector("#verdict:text-matches('passed|failed')", timeout=120_000)
+    page.screenshot(path=str(tmp_path / "verify_densify.png"), full_page=True)
+    assert page.locator("#verdict").inner_text() == "passed"
+    assert page.locator("#error").is_hidden()
+    assert "E" in page.locator("#report").inner_text()
+    assert not outside, outside
+    assert not errors, errors
     context.close()

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request, Response
 
 from api_schemas import netgrad_pb2
 from app.api import docs, wire
+from app.api.checks import YS_EMPTY
 from app.api.deps import Context, serve
 from app.api.job_work import JobConfig, job_work
 from app.api.negotiation import Body, Media, response_media
@@ -127,6 +128,8 @@ async def submit_job(request: Request) -> Response:
         if kind is None:
             raise InvalidRequestError.at("give one of 'verify' or 'run'", path="job")
         inner = getattr(req, kind)
+        if kind == "verify" and not len(inner.ys):  # a 400 now, as /v1/verify gives
+            raise InvalidRequestError.at(YS_EMPTY, path="verify.ys", code="ys_empty")
         rec = jobs.submit(kind, inner.SerializeToString(deterministic=True))
         resp = wire.respond(body, _status(rec, jobs.ttl_s))
         resp.status_code = 202

@@ -20,7 +20,8 @@ _STATUSES = tuple(s.value for s in registry.GradientStatus)
     "/operators",
     summary="Registered op types and their gradient status",
     response_class=Response,
-    responses=docs.responses("OperatorList"),
+    responses={**docs.responses("OperatorList"),
+               400: docs.problem_response("Unknown `status` (the answer lists the valid ones)")},
     # The query parameter is read by hand (declared here), so that a bad value is this
     # route's own 400 problem, not FastAPI's undocumented 422 validation error.
     openapi_extra={"parameters": [{

@@ -9,7 +9,8 @@ The page (``app/static/index.html`` + ``page.js``) calls the public API
   blob names (the browser cannot read protobuf itself);
 * ``POST /ui/nets`` and ``GET /ui/nets/{id}/predict_net.pb`` - a net stored by content hash
   (a bounded in-memory cache, :mod:`app.ui.nets`) and served as a Caffe2 ``predict_net.pb``
-  for Netron, which opens a model by URL (``/netron/index.html?url=...``);
+  for Netron, which opens a model by URL (``/netron/index.html?url=...``) and also asks for
+  the ``init_net.pb`` beside it (an empty NetDef here);
 * ``/netron/...`` - Netron's browser viewer, served from the ``netron`` package's own
   directory: nothing is fetched from a CDN. Its ``index.html`` is served with version
   ``0.0.0`` and a ``consent`` cookie, which keeps the viewer from phoning home (no
@@ -137,8 +138,11 @@ async def store_net(request: Request) -> Response:
 
 @router.get("/ui/nets/{key}/{name}")
 def stored_net(key: str, name: str) -> Response:
-    """A kept net as binary ``predict_net.pb`` (404 for anything else, e.g. ``init_net.pb``,
-    which Netron asks for next to a predict net)."""
+    """A kept net as binary ``predict_net.pb``; ``init_net.pb`` (which Netron asks for next
+    to a predict net, for its weights) is an empty NetDef: the page draws no weights. 404
+    for anything else."""
+    if name == "init_net.pb" and nets.load(key) is not None:
+        return Response(b"", media_type="application/octet-stream")  # an empty NetDef
     data = nets.load(key) if name == "predict_net.pb" else None
     if data is None:
         raise ProblemError(404, "not_found", f"no net {key}/{name} is kept (generate again)")

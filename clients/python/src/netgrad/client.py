@@ -4,8 +4,12 @@ Both take Caffe2 messages (``netgrad.proto.caffe2_pb2`` or any class of the same
 e.g. the server's ``api_schemas``) or dicts in the service's JSON form, send binary protobuf
 by default (``encoding="json"`` sends and reads JSON), and return the typed
 ``netgrad.v1`` response messages (``netgrad.proto.netgrad_pb2``). A refusal raises a
-:class:`netgrad.errors.ProblemError` subclass carrying the problem's ``errors`` list; a
-connection failure raises :class:`netgrad.errors.TransportError`.
+:class:`netgrad.errors.ProblemError` subclass carrying the problem's ``errors`` list (401
+:class:`~netgrad.errors.AuthenticationError`, 403 :class:`~netgrad.errors.PermissionDeniedError`,
+429 :class:`~netgrad.errors.RateLimitedError` with ``retry_after``, ...); a connection failure
+raises :class:`netgrad.errors.TransportError`. A service with API keys
+(``NETGRAD_API_KEYS_FILE``) needs ``api_key=`` (or the ``NETGRAD_API_KEY`` environment
+variable), sent as ``Authorization: Bearer <key>``.
 
 Example::
 
@@ -19,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -43,6 +48,8 @@ GradientLike = str | None | Mapping[str, str]
 DEFAULT_URL = "http://127.0.0.1:8000"
 PROTOBUF = "application/protobuf"
 JSON = "application/json"
+#: Environment variable read for the API key when ``api_key`` is not given.
+API_KEY_ENV = "NETGRAD_API_KEY"
 
 
 def tensor_input(blob: str, shape: Sequence[int], data: Sequence[float],
@@ -174,8 +181,9 @@ def verify_request(net: NetLike, ys: YsLike, *, inputs: Sequence[InputLike] = ()
 
 def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLike] = (),
                 init_net: NetLike | None = None, ys: YsLike | None = None, skip: int = 0,
-                recompute: bool = False) -> netgrad_pb2.RunRequest:
-    """``RunRequest``; with ``ys`` the gradient ops are appended before running."""
+                recompute: bool = False, densify: bool = False) -> netgrad_pb2.RunRequest:
+    """``RunRequest``; with ``ys`` the gradient ops are appended before running (``densify``
+    as for :func:`net_request`)."""
     req = netgrad_pb2.RunRequest(net=as_message(net, caffe2_pb2.NetDef), fetch=list(fetch))
     _add_inputs(req.inputs, inputs)
     if init_net is not None:
@@ -186,7 +194,30 @@ def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLik
         req.skip = skip
     if recompute:
         req.recompute = True
+    if densify:
+        req.densify = True
     return req
+
+
+def auth_headers(api_key: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Headers sent with every request: ``headers``, plus ``Authorization: Bearer <key>``
+    for ``api_key`` (default: the ``NETGRAD_API_KEY`` environment variable; ``""`` sends no
+    key). An ``Authorization`` in ``headers`` wins over the key."""
+    out = dict(headers or {})
+    key = os.environ.get(API_KEY_ENV) if api_key is None else api_key
+    if key and not any(k.lower() == "authorization" for k in out):
+        out["Authorization"] = f"Bearer {key}"
+    return out
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (delta-seconds form), else ``None``."""
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 class _Base:
@@ -210,9 +241,8 @@ class _Base:
                 doc = r.json()
             except ValueError:
                 doc = {}
-            retry = r.headers.get("retry-after")
             raise error_for(r.status_code, doc if isinstance(doc, dict) else {},
-                            float(retry) if retry and retry.isdigit() else None, r.text)
+                            _retry_after(r.headers.get("retry-after")), r.text)
         if r.headers.get("content-type", "").split(";")[0].strip() in (
                 PROTOBUF, "application/x-protobuf"):
             return cls.FromString(r.content)
@@ -227,13 +257,19 @@ class Client(_Base):
         encoding: ``"protobuf"`` (default: binary both ways, any Argument bytes survive) or
             ``"json"``.
         timeout: seconds per request (default 600: verification of a large net takes time).
+        api_key: key of a service with API keys, sent as ``Authorization: Bearer <key>``
+            (default: the ``NETGRAD_API_KEY`` environment variable, else none).
+        headers: extra headers sent with every request (e.g. ``X-Request-ID``).
         transport: an httpx transport (tests).
     """
 
     def __init__(self, url: str = DEFAULT_URL, *, encoding: Encoding = "protobuf",
-                 timeout: float = 600.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout: float = 600.0, api_key: str | None = None,
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(url, encoding)
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport,
+                                  headers=auth_headers(api_key, headers))
 
     def __enter__(self) -> Client:
         return self
@@ -292,13 +328,15 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """Asynchronous client: the methods of :class:`Client`, as coroutines."""
+    """Asynchronous client: the methods of :class:`Client`, as coroutines (same arguments)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, encoding: Encoding = "protobuf",
-                 timeout: float = 600.0,
+                 timeout: float = 600.0, api_key: str | None = None,
+                 headers: Mapping[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(url, encoding)
-        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport,
+                                       headers=auth_headers(api_key, headers))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -358,5 +396,5 @@ class AsyncClient(_Base):
         return await self._get("/healthz", netgrad_pb2.Health)
 
 
-__all__ = ["AsyncClient", "Client", "as_message", "net_request", "op_request", "random_input",
-           "run_request", "tensor_input", "verify_request"]
+__all__ = ["AsyncClient", "Client", "as_message", "auth_headers", "net_request", "op_request",
+           "random_input", "run_request", "tensor_input", "verify_request"]

@@ -49,7 +49,7 @@ class ProblemError(NetgradError):
         title, detail: the problem's reason phrase and explanation.
         errors: every offending item (:class:`ProblemItem`).
         document: the whole problem document (``{}`` when the body was not one).
-        retry_after: seconds from ``Retry-After`` (503), else ``None``.
+        retry_after: seconds from ``Retry-After`` (429, 503), else ``None``.
     """
 
     def __init__(self, status: int, document: dict[str, Any], retry_after: float | None = None,
@@ -71,6 +71,21 @@ class ProblemError(NetgradError):
 
 class BadRequestError(ProblemError):
     """400: the body cannot be decoded or its fields are inconsistent (e.g. missing inputs)."""
+
+
+class AuthenticationError(ProblemError):
+    """401: the service has API keys configured and the request carried none: pass
+    ``api_key=`` (or set ``NETGRAD_API_KEY``)."""
+
+
+class PermissionDeniedError(ProblemError):
+    """403: the API key is not one the service knows (mistyped, or removed from its keys
+    file)."""
+
+
+class RateLimitedError(ProblemError):
+    """429: the API key has as many execution jobs in flight as it may; retry after
+    ``retry_after`` seconds (the server's ``Retry-After``)."""
 
 
 class NotFoundError(ProblemError):
@@ -102,9 +117,10 @@ class ServerError(ProblemError):
 
 
 _BY_STATUS: dict[int, type[ProblemError]] = {
-    400: BadRequestError, 404: NotFoundError, 405: NotFoundError, 406: NotAcceptableError,
+    400: BadRequestError, 401: AuthenticationError, 403: PermissionDeniedError,
+    404: NotFoundError, 405: NotFoundError, 406: NotAcceptableError,
     413: PayloadTooLargeError, 415: UnsupportedMediaTypeError, 422: UnprocessableError,
-    503: ServiceUnavailableError,
+    429: RateLimitedError, 503: ServiceUnavailableError,
 }
 
 

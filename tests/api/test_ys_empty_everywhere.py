@@ -1,0 +1,33 @@
+"""``ys: []`` is the same 400 (``ys_empty``) wherever ``ys`` is required: /v1/gradients/net,
+/v1/verify and a verify job (/v1/jobs), not a 200 with an empty answer or a failed job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import docs
+from app.main import create_app
+from app.settings import Settings
+from tests.api.helpers import assert_problem
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=1)), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize(("route", "body", "path"), [
+    ("/v1/gradients/net", {"net": docs.MLP_NET, "ys": []}, "ys"),
+    ("/v1/gradients/net", {"net": docs.MLP_NET, "ys": {}}, "ys"),
+    ("/v1/verify", {**docs.VERIFY_REQUEST, "ys": []}, "ys"),
+    ("/v1/jobs", {"verify": {**docs.VERIFY_REQUEST, "ys": []}}, "verify.ys"),
+])
+def test_empty_ys_is_ys_empty_400(client: TestClient, route: str, body: dict[str, Any],
+                                  path: str) -> None:
+    problem = assert_problem(client.post(route, json=body), 400)
+    assert [(e["code"], e["path"]) for e in problem["errors"]] == [("ys_empty", path)]
