@@ -142,7 +142,7 @@ class BackwardPass(GradientRecord):
                 gen = GradGen(None, 0, g, None)
             self.generators.setdefault((y, v), []).append(gen)
             input_to_grad[y] = g
-            if g is not None and self.has_control_ops:
+            if g is not None:
                 own(self._owners, g, y)
         # Gradients are summed at the first reader of a blob version read more than once
         # (spec §2.7); only used as a filter, so the set's order does not matter.
@@ -331,7 +331,7 @@ class BackwardPass(GradientRecord):
                     outputs[j - n_in] for j in input_reads if j >= n_in
                 }
                 break
-        if op_type in CONTROL_OP_TYPES:
+        if op_type in CONTROL_OP_TYPES or self._shares_incoming(g_output):
             g_input = self._protect_incoming(idx, ops, g_output, g_input)
         # Generators are recorded only for blob versions that more than one op reads: only
         # their gradients are ever summed (_accumulate), the others are never looked up.
@@ -393,8 +393,8 @@ class BackwardPass(GradientRecord):
         if self._pending:  # recomputed forward values, emitted before the gradient ops
             grad_ops.extend(self._pending)
             self._pending = []
-        # who got which gradient blob: only _protect_incoming (control ops) asks
-        owners = self._owners if self.has_control_ops else None
+        # who got which gradient blob: _protect_incoming asks
+        owners: dict[str, str | set[str]] | None = self._owners
         if len(inputs) == 1:
             name, grad = inputs[0], g_input[0]
             if grad is None:
@@ -423,6 +423,21 @@ class BackwardPass(GradientRecord):
                         own(owners, grad, name)
         grad_ops.extend(ops)
 
+    def _shares_incoming(self, g_output: Sequence[GradValue]) -> bool:
+        """Whether an incoming gradient name is protected or was given to several blobs.
+
+        Cheap pre-check for :meth:`_protect_incoming` on plain ops (the hot path): most
+        incoming gradients have one owner and no gradient op to rename.
+        """
+        owners = self._owners
+        for g in g_output:
+            if g is None:
+                continue
+            for n in (g,) if isinstance(g, str) else g:
+                if n in self.protected or isinstance(owners.get(n), set):
+                    return True
+        return False
+
     def _protect_incoming(
         self,
         idx: int,
@@ -430,9 +445,14 @@ class BackwardPass(GradientRecord):
         g_output: Sequence[GradValue],
         g_input: Sequence[GradValue],
     ) -> list[GradValue]:
-        """Keep a gradient Do/If writing into an incoming gradient another blob shares.
+        """Keep a gradient op writing into an incoming gradient another blob shares.
 
-        A control op's gradient may write an input gradient into the blob of an incoming
+        Copy-on-write for every op type (issue f1 #1): ``Sum``/``Copy``-like makers give
+        one gradient blob to several inputs; an in-place forward op before them (``Scale``,
+        ``Negative``, ``AffineChannel``... with input name = output name) has a gradient op
+        writing its input gradient into that same blob, after the pass-through, so the other
+        inputs ended up with this op's gradient applied (Caffe2 shares the flaw). A control
+        op's gradient may write an input gradient into the blob of an incoming
         gradient (a Do updating a loop-carried gradient in place, spec §3.8 #7; an If
         zero-filling an input the taken branch overwrote). When a pass-through op (Sum,
         Copy...) handed that blob to other blobs too, the write clobbers their gradient

@@ -15,6 +15,9 @@ these nets has a correct gradient that netgrad once got wrong.
 - ``F5_*``: F1 through a gradient Do's binding of its incoming gradient.
 - ``F6_*``: a zero-trip While left a carried blob's gradient unwritten: its zero seed
   was only found after another carried blob's zero seed (long profile, seed 20261201).
+- ``F7_*``: an in-place op (Scale, Negative, AffineChannel) before a Sum, or in an If
+  branch, had its gradient op write into the gradient blob Sum shared with another input
+  (review f1, finding 1).
 """
 
 from __future__ import annotations
