@@ -97,8 +97,10 @@ def layer_norm_grad(m: GradientMaker) -> list[OperatorDef]:
     The affine form is chosen by the ``elementwise_affine`` argument, as in Caffe2.
 
     Raises:
-        GradientError: ``elementwise_affine`` set but gamma/beta not given.
+        GradientError: ``elementwise_affine`` set but gamma/beta not given; the mean or std
+            output has a gradient (it would be dropped).
     """
+    m.refuse_output_gradients([1, 2], "mean/std")
     ins = [m.GO(0), m.O(0), m.O(1), m.O(2), m.I(0)]
     if m.arg_i("elementwise_affine", 0):
         if len(m.input_names) != 3:
@@ -236,8 +238,10 @@ def group_norm_grad(m: GradientMaker) -> list[OperatorDef]:
     """``GroupNormGradient([dY, X, gamma, beta, mean, rstd] → [dX, dgamma, dbeta])``.
 
     Raises:
-        GradientError: the forward op has only output Y (its statistics are needed).
+        GradientError: the forward op has only output Y (its statistics are needed); the
+            mean or rstd output has a gradient (it would be dropped).
     """
+    m.refuse_output_gradients([1, 2], "mean/rstd")
     if len(m.output_names) != 3:
         raise GradientError(
             "GroupNorm's gradient reads its mean and rstd outputs: give the op outputs "
@@ -286,7 +290,12 @@ def instance_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
     "InstanceNorm", op_schema=schema(3, (1, 3), inplace=False), doc="instance normalisation"
 )
 def instance_norm_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``InstanceNormGradient([X, scale, bias, dY(, mean(, inv_std))] → [dX, dscale, dbias])``."""
+    """``InstanceNormGradient([X, scale, bias, dY(, mean(, inv_std))] → [dX, dscale, dbias])``.
+
+    Raises:
+        GradientError: the mean or inv_std output has a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1, 2], "mean/inv_std")
     ins = [m.I(0), m.I(1), m.I(2), m.GO(0)]
     if len(m.output_names) >= 2:
         ins.append(m.O(1))
@@ -336,7 +345,12 @@ def rms_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 @register_gradient("RMSNorm", op_schema=schema(3, 2, inplace=False), doc="RMS normalisation")
 def rms_norm_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``RMSNormGradient([dY, X, gamma, rrms] → [dX, dgamma, dbeta])``."""
+    """``RMSNormGradient([dY, X, gamma, rrms] → [dX, dgamma, dbeta])``.
+
+    Raises:
+        GradientError: the rrms output has a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1], "rrms")
     return [
         m.make_op("RMSNormGradient", [m.GO(0), m.I(0), m.I(1), m.O(1)], [m.GI(0), m.GI(1), m.GI(2)])
     ]

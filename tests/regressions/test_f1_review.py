@@ -63,3 +63,48 @@ def test_rnn_step_net_inplace_scale_before_sum_is_right(client: TestClient) -> N
                                         "ys": ["loss"], "mode": "full"})
     assert r.status_code == 200, r.text
     assert _failed(r.json()) == []
+
+
+# -- 2: a gradient reaching a statistics / probabilities output is refused ---------------
+STAT_OUTPUTS = [
+    ("LayerNorm", ["x"], ["y", "mean", "std"], "mean"),
+    ("LayerNorm", ["x"], ["y", "mean", "std"], "std"),
+    ("GroupNorm", ["x", "gamma", "beta"], ["y", "mean", "rstd"], "rstd"),
+    ("InstanceNorm", ["x", "s", "b"], ["y", "mean", "inv_std"], "mean"),
+    ("RMSNorm", ["x", "gamma", "beta"], ["y", "rrms"], "rrms"),
+    ("LRN", ["x"], ["y", "scale"], "scale"),
+    ("SoftmaxFocalLoss", ["x", "t", "wp"], ["loss", "p"], "p"),
+    ("SpatialBN", ["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"], "sm"),
+]
+
+
+@pytest.mark.parametrize(("op_type", "ins", "outs", "stat"), STAT_OUTPUTS,
+                         ids=[f"{t}-{s}" for t, _, _, s in STAT_OUTPUTS])
+def test_gradient_reaching_a_statistics_output_is_a_located_4xx(
+    op_type: str, ins: list[str], outs: list[str], stat: str
+) -> None:
+    from core.errors import GradientError
+
+    net = net_of("n", make_op("Tanh", ["a"], ["x"]), make_op(op_type, ins, outs),
+                 make_op("Mul", [stat, stat], ["q"]))
+    with pytest.raises(GradientError) as info:
+        gradient_for_net(net, [outs[0], "q"])
+    p = info.value.problems[0]
+    assert (p.op_index, p.op_type, p.code) == (1, op_type, "output_gradient_unsupported")
+    assert p.path == f"op[1]:{op_type}" and stat in p.blobs
+    gradient_for_net(net, [outs[0]])  # without a gradient on the statistics it still works
+
+
+
+# -- 3: an If / While without its condition input -------------------------------------------
+@pytest.mark.parametrize(("op_type", "arg"), [("If", "then_net"), ("While", "loop_net")])
+def test_control_op_without_condition_is_refused(client: TestClient, op_type: str,
+                                                 arg: str) -> None:
+    body = {"net": {"op": [{"type": op_type, "output": ["b"], "arg": [
+        {"name": arg, "n": {"op": [{"type": "Relu", "input": ["a"], "output": ["b"]}]}}]}]},
+        "ys": ["b"]}
+    r = client.post("/v1/gradients/net", json=body)
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert (err["op_index"], err["op_type"], err["path"]) == (0, op_type, f"op[0]:{op_type}")
+    assert "requires at least one input (the condition)" in err["message"]
