@@ -36,7 +36,7 @@ def _rows(op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray) -> tuple
     if not 0 <= a < max(x.ndim, 1):
         raise _fail(op, inputs, f"axis {axis} out of range for a {x.ndim}-D X")
     m = int(np.prod(x.shape[:a], dtype=np.int64))
-    return a, m, int(x.size // max(m, 1))
+    return a, m, int(np.prod(x.shape[a:], dtype=np.int64))  # (not size // m: m may be 0)
 
 
 def _norm_backward(dy_g: np.ndarray, xhat: np.ndarray, rstd: np.ndarray) -> np.ndarray:
@@ -207,7 +207,9 @@ def _gn_backward(
     mu, rs = mean.reshape(n, g, 1).astype(np.float64), rstd.reshape(n, g, 1).astype(np.float64)
     xhat = (xg - mu) * rs
     gam = _per_channel(gamma, n, g, c, hw)
-    dx = _norm_backward((dyg * gam).reshape(n * g, -1), xhat.reshape(n * g, -1), rs.reshape(-1, 1))
+    row = xg.shape[2]  # (not -1: N may be 0)
+    dx = _norm_backward((dyg * gam).reshape(n * g, row), xhat.reshape(n * g, row),
+                        rs.reshape(n * g, 1))
     per_c = (dyg * xhat).reshape(n, c, hw).sum((0, 2))
     dbeta = dyg.reshape(n, c, hw).sum((0, 2))
     return [

@@ -108,3 +108,65 @@ def test_control_op_without_condition_is_refused(client: TestClient, op_type: st
     err = r.json()["errors"][0]
     assert (err["op_index"], err["op_type"], err["path"]) == (0, op_type, f"op[0]:{op_type}")
     assert "requires at least one input (the condition)" in err["message"]
+
+
+# -- 4: the checker's default check list, infinities ------------------------------------------
+def _verify(client: TestClient, ops: list[dict[str, Any]], ys: list[str],
+            inputs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    r = client.post("/v1/verify", json={"net": {"op": ops}, "ys": ys, "mode": "full",
+                                        "inputs": inputs, **extra})
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+AFFINE = [{"type": "AffineChannel", "input": ["x", "s", "b"], "output": ["y"]}]
+AFFINE_INPUTS = [{"blob": "x", "random": {"shape": [2, 3, 2, 2]}},
+                 {"blob": "s", "random": {"shape": [3]}}, {"blob": "b", "random": {"shape": [3]}}]
+
+
+def test_frozen_affine_channel_scale_and_bias_are_skipped_with_a_note(
+        client: TestClient) -> None:
+    body = _verify(client, AFFINE, ["y"], AFFINE_INPUTS)
+    assert [b["blob"] for b in body["report"]["blobs"]] == ["x"]
+    assert body["report"]["passed"] is True
+    notes = [d for d in body["diagnostics"] if d["code"] == "not_checked_no_gradient"]
+    assert [d["blobs"] for d in notes] == [["s"], ["b"]]
+    assert "op[0]:AffineChannel input 1" in notes[0]["message"]
+
+
+def test_explicitly_requested_input_without_gradient_is_still_checked(
+        client: TestClient) -> None:
+    body = _verify(client, AFFINE, ["y"], AFFINE_INPUTS, check=["s"])
+    assert _failed(body) == ["s"]
+
+
+def test_a_dense_path_without_gradient_is_not_excused() -> None:
+    from core.verify.by_design import no_gradient_by_design
+
+    ops = [make_op("Mul", ["x", "w"], ["y"]),
+           make_op("SoftmaxWithLoss", ["y", "lab"], ["p", "l"])]
+    # w's gradient missing from the map (a bug): Mul's maker does give w one -> checked
+    assert no_gradient_by_design(ops, 0, {"x": "x_grad"}, ["x", "w", "lab"]) == {
+        "lab": no_gradient_by_design(ops, 0, {}, ["lab"])["lab"]}
+    # an input read inside a control op's sub-net is never excused
+    if_op = make_op("If", ["c", "w"], ["y"])
+    assert no_gradient_by_design([if_op], 0, {}, ["w"]) == {}
+
+
+def test_upsample_bilinear_scales_are_not_perturbed(client: TestClient) -> None:
+    body = _verify(client, [{"type": "UpsampleBilinear", "input": ["x", "sc"], "output": ["y"]}],
+                   ["y"], [{"blob": "x", "random": {"shape": [1, 1, 2, 2]}},
+                           {"blob": "sc", "tensor": {"shape": [2], "dtype": "float32",
+                                                     "data": [2.0, 2.0]}}])
+    assert [b["blob"] for b in body["report"]["blobs"]] == ["x"] and body["report"]["passed"]
+
+
+def test_sequence_mask_minus_infinity_fill_is_left_out_of_the_loss(client: TestClient) -> None:
+    body = _verify(client, [{"type": "SequenceMask", "input": ["x", "len"], "output": ["y"]}],
+                   ["y"], [{"blob": "x", "random": {"shape": [2, 3]}},
+                           {"blob": "len", "tensor": {"shape": [2], "dtype": "int32",
+                                                      "data": [1, 2]}}])
+    assert body["report"]["passed"] is True
+    (warn,) = [d for d in body["diagnostics"] if d["code"] == "non_finite_output"]
+    assert warn["message"].startswith("3 element(s) of y 'y'")
