@@ -17,7 +17,9 @@ these nets has a correct gradient that netgrad once got wrong.
   was only found after another carried blob's zero seed (long profile, seed 20261201).
 - ``F7_*``: an in-place op (Scale, Negative, AffineChannel) before a Sum, or in an If
   branch, had its gradient op write into the gradient blob Sum shared with another input
-  (review f1, finding 1).
+  (review f1, finding 1); ``F7_chained_*`` (found by the fuzz-ci run once the strategy
+  emitted that pattern): a chain of in-place Scale + in-place Sum, where the gradient op
+  wrote ``<x>_grad``, which a later in-place Sum had given to its other input.
 """
 
 from __future__ import annotations

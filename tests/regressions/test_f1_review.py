@@ -170,3 +170,20 @@ def test_sequence_mask_minus_infinity_fill_is_left_out_of_the_loss(client: TestC
     assert body["report"]["passed"] is True
     (warn,) = [d for d in body["diagnostics"] if d["code"] == "non_finite_output"]
     assert warn["message"].startswith("3 element(s) of y 'y'")
+
+
+def test_detectron_rpn_head_passes_with_the_default_check_list(client: TestClient) -> None:
+    """Targets and frozen AffineChannel parameters used to be checked by default and FAIL."""
+    case = json.loads((DATA / "detectron_rpn_head.json").read_text())
+    r = client.post("/v1/verify", json={
+        "net": case["net"], "ys": case["ys"], "inputs": case["inputs"], "mode": "fast",
+        "seed": 5, "tolerances": {"step": 1e-6, "atol": 1e-7, "rtol": 1e-4}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["report"]["passed"] is True
+    skipped = [d["blobs"][0] for d in body["diagnostics"]
+               if d["code"] == "not_checked_no_gradient"]
+    assert skipped == ["res2_bn_s", "res2_bn_b", "rpn_bbox_targets",
+                       "rpn_bbox_inside_weights", "rpn_bbox_outside_weights"]
+    checked = {b["blob"] for b in body["report"]["blobs"]}
+    assert set(case["params"]) <= checked
