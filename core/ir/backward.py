@@ -331,7 +331,7 @@ class BackwardPass(CopyOnWrite):
                     outputs[j - n_in] for j in input_reads if j >= n_in
                 }
                 break
-        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, ops, g_output):
+        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, ops, g_output, g_input):
             g_input = self._protect_incoming(idx, ops, g_output, g_input)
         # Generators are recorded only for blob versions that more than one op reads: only
         # their gradients are ever summed (_accumulate), the others are never looked up.

@@ -30,21 +30,33 @@ class CopyOnWrite(GradientRecord):
     protected: set[str]
 
     def _shares_incoming(
-        self, idx: int, ops: Sequence[OperatorDef], g_output: Sequence[GradValue]
+        self, idx: int, ops: Sequence[OperatorDef], g_output: Sequence[GradValue],
+        g_input: Sequence[GradValue],
     ) -> bool:
         """Whether a gradient op of op ``idx`` may write a gradient blob another blob holds.
 
-        Cheap pre-check for :meth:`_protect_incoming` on plain ops (the hot path): a written
-        name is suspect when it is protected or some blob other than op ``idx``'s inputs and
-        outputs was given it (see :meth:`_clobbered`).
+        Cheap pre-check for :meth:`_protect_incoming` on plain ops (the hot path). A written
+        name is clear when nobody holds it and it is not protected, or when its one holder
+        is an output of op ``idx`` (or, for a name that is not incoming, an input that op
+        ``idx`` gives that very name); anything else goes to the exact :meth:`_clobbered`.
         """
         owners = self._owners
-        if not owners:
-            return False
+        protected = self.protected
+        outputs = self.op_outputs[idx]
         for gop in ops:
             for n in gop.output:
-                if n in self.protected or n in owners:
-                    return True
+                held = owners.get(n)
+                if held is None:
+                    if n in protected:
+                        return True
+                    continue
+                if isinstance(held, str) and n not in protected:
+                    if held in outputs:
+                        continue
+                    pairs = zip(self.op_inputs[idx], g_input, strict=False)
+                    if n not in g_output and any(g == n and b == held for b, g in pairs):
+                        continue
+                return True
         return False
 
     def _clobbered(
@@ -55,12 +67,17 @@ class CopyOnWrite(GradientRecord):
 
         An incoming gradient (``g_output``) may be overwritten in place only when every
         blob given it is an output of op ``idx`` (its gradient is consumed here) and the
-        name is not protected. Any other name written may not be a gradient given to a blob
-        that is neither an input nor an output of op ``idx`` (inputs: accumulation renames
-        those, spec §2.7). Names of a GradientSlice input gradient are left alone.
+        name is not protected. Any other name written may be held only by outputs of op
+        ``idx`` and by the inputs op ``idx`` gives that very name (accumulation renames
+        those, spec §2.7): a gradient Do writing ``<a>_grad`` for its input ``a`` clobbered
+        its input ``b``, which a later in-place ``Sum(a, b) -> a`` had given ``<a>_grad``.
+        Names of a GradientSlice input gradient are left alone.
         """
         outputs = set(self.op_outputs[idx])
-        mine = outputs | set(self.op_inputs[idx])
+        receivers: dict[str, set[str]] = {}
+        for b, g in zip(self.op_inputs[idx], g_input, strict=False):
+            if isinstance(g, str):
+                receivers.setdefault(g, set()).add(b)
         incoming = {n for g in g_output if isinstance(g, str) for n in (g,)}
         sliced = {n for g in g_input if isinstance(g, GradientSlice) for n in g}
         out: list[str] = []
@@ -72,7 +89,7 @@ class CopyOnWrite(GradientRecord):
                 if n in incoming:
                     if n in self.protected or held - outputs:
                         out.append(n)
-                elif held - mine:
+                elif held - outputs - receivers.get(n, set()):
                     out.append(n)
         return out
 

@@ -19,7 +19,9 @@ these nets has a correct gradient that netgrad once got wrong.
   branch, had its gradient op write into the gradient blob Sum shared with another input
   (review f1, finding 1); ``F7_chained_*`` (found by the fuzz-ci run once the strategy
   emitted that pattern): a chain of in-place Scale + in-place Sum, where the gradient op
-  wrote ``<x>_grad``, which a later in-place Sum had given to its other input.
+  wrote ``<x>_grad``, which a later in-place Sum had given to its other input;
+  ``F7_do_*``: the same through a gradient Do writing ``<a>_grad`` for its input ``a``
+  while its other input ``b`` held that blob.
 """
 
 from __future__ import annotations
