@@ -21,7 +21,9 @@ these nets has a correct gradient that netgrad once got wrong.
   emitted that pattern): a chain of in-place Scale + in-place Sum, where the gradient op
   wrote ``<x>_grad``, which a later in-place Sum had given to its other input;
   ``F7_do_*``: the same through a gradient Do writing ``<a>_grad`` for its input ``a``
-  while its other input ``b`` held that blob.
+  while its other input ``b`` held that blob; ``F7_do_final_*``: a gradient Do's final
+  copy into a seed's inner name ran before another input's copy read that seed (Sum in the
+  body had given the seed to both).
 """
 
 from __future__ import annotations
