@@ -520,7 +520,11 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                    'properties': {'inputs': {'type': 'array',
                                              'items': {'$ref': '#/components/schemas/InputSpec'},
                                              'description': 'Fed blobs; every fed float input is '
-                                                            'checked unless `check` names some.'},
+                                                            'checked unless `check` names some '
+                                                            '(inputs that get no gradient by '
+                                                            'design, e.g. labels, are skipped '
+                                                            'with a `not_checked_no_gradient` '
+                                                            'note).'},
                                   'mode': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                            'description': '"fast" (default: a few random '
                                                           'directions per input) or "full" (every '
@@ -531,7 +535,8 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                   'check': {'type': 'array',
                                             'items': {'type': 'string'},
                                             'description': 'Input blobs to check; empty = every '
-                                                           'fed float input.'},
+                                                           'fed float input but those with no '
+                                                           'gradient by design.'},
                                   'passes': {'anyOf': [{'type': 'integer', 'format': 'int32'},
                                                        {'type': 'null'}],
                                              'description': 'Fast mode: random directions per '
@@ -585,7 +590,11 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                   'inputs': {'type': 'array',
                                              'items': {'$ref': '#/components/schemas/InputSpec'},
                                              'description': 'Fed blobs; every fed float input is '
-                                                            'checked unless `check` names some.'},
+                                                            'checked unless `check` names some '
+                                                            '(inputs that get no gradient by '
+                                                            'design, e.g. labels, are skipped '
+                                                            'with a `not_checked_no_gradient` '
+                                                            'note).'},
                                   'mode': {'anyOf': [{'type': 'string'}, {'type': 'null'}],
                                            'description': '"fast" (default: a few random '
                                                           'directions per input) or "full" (every '
@@ -596,7 +605,8 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                   'check': {'type': 'array',
                                             'items': {'type': 'string'},
                                             'description': 'Input blobs to check; empty = every '
-                                                           'fed float input.'},
+                                                           'fed float input but those with no '
+                                                           'gradient by design.'},
                                   'passes': {'anyOf': [{'type': 'integer', 'format': 'int32'},
                                                        {'type': 'null'}],
                                              'description': 'Fast mode: random directions per '

@@ -114,6 +114,30 @@ class GradientMaker:
         """Whether output ``i`` has any gradient (Caffe2 ``GradOut(i).IsEmpty()`` negated)."""
         return i < len(self.g_output) and self.g_output[i] is not None
 
+    def refuse_output_gradients(self, positions: Sequence[int], what: str) -> None:
+        """Refuse a gradient reaching outputs ``positions``, which Caffe2's gradient ignores.
+
+        For real-valued outputs that depend on the inputs (normalisation statistics, an
+        LRN's scale, a loss op's probabilities): dropping their gradient would make the
+        input gradients wrong, so it is a 4xx instead of a ``dropped_output_gradient``
+        warning (review f1, finding 2). Index/mask outputs keep the warning.
+
+        Raises:
+            GradientError (code ``output_gradient_unsupported``): one of those outputs has
+                a gradient; the backward pass adds the op index, type and sub-net path.
+        """
+        hit = [self.output_names[i] for i in positions if self.has_go(i)]
+        if hit:
+            names = ", ".join(f"'{n}'" for n in hit)
+            raise GradientError.at(
+                f"{self.op_type}'s gradient (as Caffe2's) does not take a gradient for its "
+                f"{what} output(s) {names}, but one reaches them: it would be dropped and the "
+                "input gradients would be wrong. Compute that value with separate ops "
+                "(e.g. ReduceMean) for the use that needs its gradient.",
+                blobs=hit,
+                code="output_gradient_unsupported",
+            )
+
     def GO(self, i: int) -> str:
         """Dense gradient of output ``i``.
 

@@ -83,7 +83,7 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
         m.g_input[k] = outer_grad
     if not outputs:  # §3.8 #4: no input gets a gradient; keep the dedupe copies
         return copies
-    inner_ops = [*sub.ops, *copy_ops]
+    inner_ops = [*sub.ops, *_order_copies(copy_ops, set(seed_outer))]
     # Inputs (step 6): outer blobs and seeds read before written; other names come from
     # the saved forward workspace. A seed that receives the final copy is bound even if no
     # op reads it, so that the copy's value leaves the Do.
@@ -127,3 +127,28 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
         severity="info",
     )
     return [*copies, grad]
+
+
+def _order_copies(copy_ops: list[OperatorDef], seed_names: set[str]) -> list[OperatorDef]:
+    """Order the final copies so that none reads a seed another copy already wrote.
+
+    A copy into a seed's inner name (§3.8 #7) overwrites that seed; a pass-through op
+    (``Sum``) may have given the same seed to another input, whose copy must read it first
+    (review f1, finding 1). Copies into ``_DO_OPERATOR_INNER_GRAD_COPY_`` names go first;
+    copies into seeds last, through temporaries when one of them reads a seed another
+    writes.
+    """
+    into_seed = [c for c in copy_ops if c.output[0] in seed_names]
+    if not into_seed:
+        return copy_ops
+    rest = [c for c in copy_ops if c.output[0] not in seed_names]
+    written = {c.output[0] for c in into_seed}
+    if not any(c.input[0] in written for c in into_seed):
+        return [*rest, *into_seed]
+    staged: list[OperatorDef] = []
+    final: list[OperatorDef] = []
+    for c in into_seed:
+        tmp = f"_{c.output[0]}_staged"
+        staged.append(make_op("Copy", [c.input[0]], [tmp], name=None))
+        final.append(make_op("Copy", [tmp], [c.output[0]], name=None))
+    return [*rest, *staged, *final]

@@ -76,6 +76,7 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
                 code="if_branch_gradient_conflict",
             )
     g_input: list[GradValue] = [grad_map.get(i) if k else None for k, i in enumerate(op.input)]
+    g_input = _unshare(g_input, env.op_index)
     wanted = {str(op.input[k]): str(g) for k, g in enumerate(g_input) if g is not None}
     then_ops = [*then_g.ops, *_branch_fill_ops(then_g.grad_map, wanted)]
     else_ops = [*(else_g.ops if else_g else []), *_branch_fill_ops(else_map, wanted)]
@@ -100,6 +101,27 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
         put_net(grad, "else_net", else_header, else_ops)
     m.g_input = g_input
     return [*copies, grad]
+
+
+def _unshare(g_input: list[GradValue], op_index: int | None) -> list[GradValue]:
+    """Give every forward input of the If its own gradient name (issue f1 #1).
+
+    Both branch maps may hand one incoming gradient to several blobs (a ``Sum`` in a branch
+    passes it to all its inputs), while the other branch zero-fills or copies that name for
+    one of them: one shared name cannot hold both values, so the later fill overwrote the
+    other blob's gradient. The first input keeps the name; each later one sharing it gets
+    ``_<name>_if<op index>_<input position>``, filled by a ``Copy`` or zeros in each branch
+    (:func:`_branch_fill_ops`; copies run before fills).
+    """
+    seen: set[str] = set()
+    out: list[GradValue] = []
+    for k, g in enumerate(g_input):
+        if isinstance(g, str):
+            if g in seen:
+                g = f"_{g}_if{op_index}_{k}"
+            seen.add(g)
+        out.append(g)
+    return out
 
 
 def _branch_fill_ops(

@@ -317,7 +317,8 @@ def conditional_seeds(m: GradientMaker) -> tuple[list[OperatorDef], dict[str, Gr
     op, env = m.op, m.env
     if not len(op.input):
         raise invalid_net(
-            env, op, f"{op.type} op needs a condition input", f"invalid_{op.type.lower()}"
+            env, op, f"{op.type} op requires at least one input (the condition)",
+            f"invalid_{op.type.lower()}",
         )
     copies, g_output = dedupe_g_output(op, m.g_output)
     seeds: dict[str, GradValue] = {}

@@ -30,9 +30,9 @@ from core.errors import (
     InvalidRequestError,
     NetgradError,
 )
+from core.ir.cow import CopyOnWrite
 from core.ir.env import GenEnv, GenLimits
-from core.ir.generators import GradGen, GradientRecord, own, owners_of
-from core.ir.renaming import rename_input, rename_output
+from core.ir.generators import GradGen, own
 from core.ir.seeds import check_seed_names, check_ys_written, seed_map
 from core.ir.ssa import CONTROL_OP_TYPES
 from core.ops import load_all
@@ -85,7 +85,7 @@ class NetGradientResult:
 _NO_NAMES: frozenset[str] = frozenset()
 
 
-class BackwardPass(GradientRecord):
+class BackwardPass(CopyOnWrite):
     """SSA record of a forward op list and the backward pass over it (Caffe2 ``IR``, spec §2.4).
 
     Args:
@@ -142,7 +142,7 @@ class BackwardPass(GradientRecord):
                 gen = GradGen(None, 0, g, None)
             self.generators.setdefault((y, v), []).append(gen)
             input_to_grad[y] = g
-            if g is not None and self.has_control_ops:
+            if g is not None:
                 own(self._owners, g, y)
         # Gradients are summed at the first reader of a blob version read more than once
         # (spec §2.7); only used as a filter, so the set's order does not matter.
@@ -331,7 +331,7 @@ class BackwardPass(GradientRecord):
                     outputs[j - n_in] for j in input_reads if j >= n_in
                 }
                 break
-        if op_type in CONTROL_OP_TYPES:
+        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, ops, g_output, g_input):
             g_input = self._protect_incoming(idx, ops, g_output, g_input)
         # Generators are recorded only for blob versions that more than one op reads: only
         # their gradients are ever summed (_accumulate), the others are never looked up.
@@ -393,8 +393,8 @@ class BackwardPass(GradientRecord):
         if self._pending:  # recomputed forward values, emitted before the gradient ops
             grad_ops.extend(self._pending)
             self._pending = []
-        # who got which gradient blob: only _protect_incoming (control ops) asks
-        owners = self._owners if self.has_control_ops else None
+        # who got which gradient blob: _protect_incoming asks
+        owners: dict[str, str | set[str]] | None = self._owners
         if len(inputs) == 1:
             name, grad = inputs[0], g_input[0]
             if grad is None:
@@ -422,43 +422,6 @@ class BackwardPass(GradientRecord):
                     if grad is not None:
                         own(owners, grad, name)
         grad_ops.extend(ops)
-
-    def _protect_incoming(
-        self,
-        idx: int,
-        ops: list[OperatorDef],
-        g_output: Sequence[GradValue],
-        g_input: Sequence[GradValue],
-    ) -> list[GradValue]:
-        """Keep a gradient Do/If writing into an incoming gradient another blob shares.
-
-        A control op's gradient may write an input gradient into the blob of an incoming
-        gradient (a Do updating a loop-carried gradient in place, spec §3.8 #7; an If
-        zero-filling an input the taken branch overwrote). When a pass-through op (Sum,
-        Copy...) handed that blob to other blobs too, the write clobbers their gradient
-        (issue 7, fuzzer F1). The write goes to a fresh blob instead; reads of the incoming
-        gradient before it keep their name. In a sub-net pass the seeds are bound to outer
-        blobs whose sharing the pass cannot see, so they are always protected (fuzzer F5).
-        """
-        outputs = set(self.op_outputs[idx])
-        out = list(g_input)
-        for n in dict.fromkeys(g for g in g_output if isinstance(g, str)):
-            if n not in self.protected and not (owners_of(self._owners, n) - outputs):
-                continue
-            first = next((i for i, gop in enumerate(ops) if n in gop.output), None)
-            if first is None:
-                continue
-            new = f"_{n}_{self.op_types[idx].lower()}{idx + self.offset}"
-            for pos, gop in enumerate(ops[first:]):
-                if pos:
-                    for j, name in enumerate(gop.input[:]):
-                        if name == n:
-                            rename_input(gop, j, new)
-                for j, name in enumerate(gop.output[:]):
-                    if name == n:
-                        rename_output(gop, j, new, ops)
-            out = [new if g == n else g for g in out]
-        return out
 
 
 def backward(

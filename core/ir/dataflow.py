@@ -92,12 +92,11 @@ def with_implicit_inputs(op: OperatorDef) -> OperatorDef:
     every binding still names the same outer blob. Returns ``op`` itself when nothing is
     implicit.
     """
-    if op.type not in ("Do", "If", "While"):
+    if op.type not in ("Do", "If", "While") or not len(op.input):
+        # (an If/While without its condition input is refused by its maker, review f1 #3)
         return op
     sure = sure_outputs(op)
     if op.type == "Do":
-        if not len(op.input):
-            return op
         ins = op.input[:-1]
     else:
         ins = op.input[:]

@@ -221,8 +221,7 @@ class GradientRecord(VersionedSSA):
                 sum_op, dense_grad = self._dense_sum(name, gens)
                 grad_ops.append(sum_op)
                 input_to_grad[name] = dense_grad
-                if self.has_control_ops:  # only control ops ask who owns a gradient
-                    own(self._owners, dense_grad, name)
+                own(self._owners, dense_grad, name)
             else:
                 concat_ops, sparse_grad = self._sparse_concat(name, gens)
                 grad_ops.extend(concat_ops)

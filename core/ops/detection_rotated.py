@@ -70,6 +70,8 @@ def _rotated_setup(
         raise _fail(op, inputs, "X must be 4-D")
     if rois.ndim != 2 or rois.shape[1] not in (5, 6):
         raise _fail(op, inputs, "rois must be R×6 (batch, cx, cy, w, h, angle) or R×5")
+    if not np.all(np.isfinite(rois)):
+        raise _fail(op, inputs, "rois must be finite (a NaN or infinite coordinate found)")
     xc = np.moveaxis(x, -1, 1) if order == "NHWC" else x
     n, c, h, w = xc.shape
     ph, pw = get_int(op, "pooled_h", 1), get_int(op, "pooled_w", 1)

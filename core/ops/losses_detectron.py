@@ -333,7 +333,12 @@ def softmax_focal_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nda
     doc="RetinaNet softmax focal loss",
 )
 def softmax_focal_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SoftmaxFocalLossGradient([X, T, wp, P, d_loss] → [dX])``."""
+    """``SoftmaxFocalLossGradient([X, T, wp, P, d_loss] → [dX])``.
+
+    Raises:
+        GradientError: the probabilities ``P`` have a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1], "probabilities")
     return [
         m.make_op("SoftmaxFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.O(1), m.GO(0)], [m.GI(0)])
     ]

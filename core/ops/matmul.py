@@ -134,7 +134,8 @@ def _rows2(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, n
     if x.shape != y.shape:
         raise _fail(op, inputs, "X and Y must have the same shape")
     n = x.shape[0] if x.ndim > 0 else 1
-    return x.reshape(n, -1).astype(np.float64), y.reshape(n, -1).astype(np.float64), n
+    d = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim > 0 else 1  # (N may be 0)
+    return x.reshape(n, d).astype(np.float64), y.reshape(n, d).astype(np.float64), n
 
 
 @register_kernel("CosineSimilarity")

@@ -657,8 +657,10 @@ def spatial_bn_grad(m: GradientMaker) -> list[OperatorDef]:
     """Caffe2 GetSpatialBNGradient: one SpatialBNGradient op → [dX, dscale, dbias].
 
     Raises:
-        GradientError: the input/output counts do not match the op's mode.
+        GradientError: the input/output counts do not match the op's mode; a running or
+            saved statistics output has a gradient (it would be dropped).
     """
+    m.refuse_output_gradients([1, 2, 3, 4], "running/saved statistics")
     n_in, n_out = len(m.op.input), len(m.op.output)
     if m.arg_i("is_test", 0):
         if n_in != 5 or n_out != 1:
@@ -776,7 +778,12 @@ def lrn(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 @register_gradient("LRN", op_schema=schema(1, (1, 2), inplace=False), doc="local response norm")
 def lrn_grad(m: GradientMaker) -> list[OperatorDef]:
-    """Caffe2 GetLRNGradient: ``LRNGradient([X, Y, dY] → [dX])``."""
+    """Caffe2 GetLRNGradient: ``LRNGradient([X, Y, dY] → [dX])``.
+
+    Raises:
+        GradientError: the ``scale`` output has a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1], "scale")
     return [m.make_op("LRNGradient", [m.I(0), m.O(0), m.GO(0)], [m.GI(0)])]
 
 

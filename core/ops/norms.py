@@ -36,7 +36,7 @@ def _rows(op: OperatorDef, inputs: Sequence[np.ndarray], x: np.ndarray) -> tuple
     if not 0 <= a < max(x.ndim, 1):
         raise _fail(op, inputs, f"axis {axis} out of range for a {x.ndim}-D X")
     m = int(np.prod(x.shape[:a], dtype=np.int64))
-    return a, m, int(x.size // max(m, 1))
+    return a, m, int(np.prod(x.shape[a:], dtype=np.int64))  # (not size // m: m may be 0)
 
 
 def _norm_backward(dy_g: np.ndarray, xhat: np.ndarray, rstd: np.ndarray) -> np.ndarray:
@@ -97,8 +97,10 @@ def layer_norm_grad(m: GradientMaker) -> list[OperatorDef]:
     The affine form is chosen by the ``elementwise_affine`` argument, as in Caffe2.
 
     Raises:
-        GradientError: ``elementwise_affine`` set but gamma/beta not given.
+        GradientError: ``elementwise_affine`` set but gamma/beta not given; the mean or std
+            output has a gradient (it would be dropped).
     """
+    m.refuse_output_gradients([1, 2], "mean/std")
     ins = [m.GO(0), m.O(0), m.O(1), m.O(2), m.I(0)]
     if m.arg_i("elementwise_affine", 0):
         if len(m.input_names) != 3:
@@ -205,7 +207,9 @@ def _gn_backward(
     mu, rs = mean.reshape(n, g, 1).astype(np.float64), rstd.reshape(n, g, 1).astype(np.float64)
     xhat = (xg - mu) * rs
     gam = _per_channel(gamma, n, g, c, hw)
-    dx = _norm_backward((dyg * gam).reshape(n * g, -1), xhat.reshape(n * g, -1), rs.reshape(-1, 1))
+    row = xg.shape[2]  # (not -1: N may be 0)
+    dx = _norm_backward((dyg * gam).reshape(n * g, row), xhat.reshape(n * g, row),
+                        rs.reshape(n * g, 1))
     per_c = (dyg * xhat).reshape(n, c, hw).sum((0, 2))
     dbeta = dyg.reshape(n, c, hw).sum((0, 2))
     return [
@@ -236,8 +240,10 @@ def group_norm_grad(m: GradientMaker) -> list[OperatorDef]:
     """``GroupNormGradient([dY, X, gamma, beta, mean, rstd] → [dX, dgamma, dbeta])``.
 
     Raises:
-        GradientError: the forward op has only output Y (its statistics are needed).
+        GradientError: the forward op has only output Y (its statistics are needed); the
+            mean or rstd output has a gradient (it would be dropped).
     """
+    m.refuse_output_gradients([1, 2], "mean/rstd")
     if len(m.output_names) != 3:
         raise GradientError(
             "GroupNorm's gradient reads its mean and rstd outputs: give the op outputs "
@@ -286,7 +292,12 @@ def instance_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
     "InstanceNorm", op_schema=schema(3, (1, 3), inplace=False), doc="instance normalisation"
 )
 def instance_norm_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``InstanceNormGradient([X, scale, bias, dY(, mean(, inv_std))] → [dX, dscale, dbias])``."""
+    """``InstanceNormGradient([X, scale, bias, dY(, mean(, inv_std))] → [dX, dscale, dbias])``.
+
+    Raises:
+        GradientError: the mean or inv_std output has a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1, 2], "mean/inv_std")
     ins = [m.I(0), m.I(1), m.I(2), m.GO(0)]
     if len(m.output_names) >= 2:
         ins.append(m.O(1))
@@ -336,7 +347,12 @@ def rms_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 @register_gradient("RMSNorm", op_schema=schema(3, 2, inplace=False), doc="RMS normalisation")
 def rms_norm_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``RMSNormGradient([dY, X, gamma, rrms] → [dX, dgamma, dbeta])``."""
+    """``RMSNormGradient([dY, X, gamma, rrms] → [dX, dgamma, dbeta])``.
+
+    Raises:
+        GradientError: the rrms output has a gradient (it would be dropped).
+    """
+    m.refuse_output_gradients([1], "rrms")
     return [
         m.make_op("RMSNormGradient", [m.GO(0), m.I(0), m.I(1), m.O(1)], [m.GI(0), m.GI(1), m.GI(2)])
     ]

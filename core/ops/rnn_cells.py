@@ -73,6 +73,21 @@ def _valid_rows(op: OperatorDef, inputs: Sequence[Array], lengths_at: int, n: in
     return (t < lengths.astype(np.int64)).reshape(n, 1)
 
 
+def _forward_arity(op: OperatorDef, inputs: Sequence[Array], lengths_at: int) -> None:
+    """Exactly ``lengths_at + 2`` inputs with ``sequence_lengths`` (default), else one fewer.
+
+    Caffe2's unit ops read the timestep at a position fixed by ``sequence_lengths``; an extra
+    input was ignored by the forward kernel but shifted the gradient op's inputs (review f1).
+    """
+    has_lengths = get_bool(op, "sequence_lengths", True)
+    want = lengths_at + (2 if has_lengths else 1)
+    if len(inputs) != want:
+        raise ExecutionError(
+            f"{op.type}: with sequence_lengths={int(has_lengths)} it takes {want} inputs, got "
+            f"{len(inputs)}; give seq_lengths only when sequence_lengths is 1 (the default)"
+        )
+
+
 def _state(op: OperatorDef, x: Array, what: str) -> tuple[int, int]:
     if x.ndim < 2:
         raise ExecutionError(f"{op.type}: {what} must be [..., N, D], got shape {list(x.shape)}")
@@ -97,6 +112,7 @@ def _gates(op: OperatorDef, g: Array, n: int, d: int, k: int) -> Array:
 @register_kernel("LSTMUnit", op_schema=schema((4, 5), 2))
 def lstm_unit(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     """``[hidden_t_prev, cell_t_prev, gates, (seq_lengths,) timestep] -> [hidden_t, cell_t]``."""
+    _forward_arity(op, inputs, 3)
     h_prev, c_prev, x = (np.asarray(a) for a in inputs[:3])
     n, d = _state(op, c_prev, "cell_t_prev")
     if h_prev.shape != c_prev.shape:
@@ -193,6 +209,7 @@ def lstm_unit_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 @register_kernel("GRUUnit", op_schema=schema((3, 4), 1))
 def gru_unit(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     """``[hidden_t_prev, gates, (seq_lengths,) timestep] -> [hidden_t]``."""
+    _forward_arity(op, inputs, 2)
     h_prev, x = np.asarray(inputs[0]), np.asarray(inputs[1])
     n, d = _state(op, h_prev, "hidden_t_prev")
     valid = _valid_rows(op, inputs, 2, n)

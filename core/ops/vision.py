@@ -116,6 +116,8 @@ def _bilinear_setup(
         hs, ws = (float(v) for v in scales.reshape(-1))
     else:
         hs, ws = get_float(op, "height_scale", 1.0), get_float(op, "width_scale", 1.0)
+    if not (math.isfinite(hs) and math.isfinite(ws) and hs > 0 and ws > 0):
+        raise _fail(op, inputs, f"height/width scales must be finite and > 0, got {hs}, {ws}")
     h, w = x.shape[2:]
     ho, wo = int(h * hs), int(w * ws)
     if ho <= 0 or wo <= 0:
@@ -231,6 +233,9 @@ def batch_permutation(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     if x.ndim == 0:
         raise _fail(op, inputs, "X must have a batch dim")
     idx = _perm(op, inputs, x.shape[0], inputs[1])
+    if idx.size != x.shape[0]:  # Caffe2 enforces one index per batch row
+        raise _fail(op, inputs, f"indices must hold one index per batch row of X "
+                                f"({x.shape[0]}), got {idx.size}")
     return [x[idx]]
 
 
@@ -401,6 +406,8 @@ def _roi_rows(op: OperatorDef, inputs: Sequence[np.ndarray], n: int) -> np.ndarr
     rois = inputs[1]
     if rois.ndim != 2 or rois.shape[1] != 5:
         raise _fail(op, inputs, "rois must be R×5 (batch, x1, y1, x2, y2)")
+    if not np.all(np.isfinite(rois)):
+        raise _fail(op, inputs, "rois must be finite (a NaN or infinite coordinate found)")
     b = rois[:, 0].astype(np.int64)
     if b.size and (b.min() < 0 or b.max() >= n):
         raise _fail(op, inputs, f"RoI batch indices must lie in [0, {n})")

@@ -198,11 +198,15 @@ def _col2im(
     c = image_shape[3] if nhwc else image_shape[1]
     kh, kw = geo.kernel
     oh, ow = geo.out_size
-    if cols.size != n * c * kh * kw * oh * ow:
+    want = (n, oh, ow, kh * kw * c) if nhwc else (n, c * kh * kw, oh, ow)
+    if cols.shape != want:
+        # Im2Col's layout exactly: Col2Im's gradient (Im2Col) gives dcols that shape, so
+        # a cols of the same size but another shape would get a mis-shaped gradient
         raise _fail(
             op,
             inputs,
-            f"cols must have N·C·kh·kw·out_h·out_w = {n * c * kh * kw * oh * ow} elements",
+            f"cols must have Im2Col's shape {list(want)} (N, C·kh·kw, out_h, out_w; NHWC: "
+            f"N, out_h, out_w, kh·kw·C), got {list(cols.shape)}",
         )
     if nhwc:
         six = cols.reshape(n, oh, ow, kh, kw, c).transpose(0, 5, 3, 4, 1, 2)

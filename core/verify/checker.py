@@ -45,6 +45,7 @@ from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
 from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradientSlice, GradValue
+from core.verify.by_design import no_gradient_by_design
 from core.verify.kinks import KINK_MARGIN, KinkScanner, kink_diagnostics
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
     MODES,
@@ -142,7 +143,10 @@ def _loss(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray],
     ws = _run(ctx, net, feeds)
     total = 0.0
     for y, v in weights.items():
-        total += float(np.sum(v * np.asarray(ws.get(y), dtype=np.float64)))
+        yv = np.asarray(ws.get(y), dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            # weight 0 marks an element non-finite in the unperturbed run: left out (±inf·0)
+            total += float(np.sum(np.where(v != 0, v * yv, 0.0)))
     return total
 
 
@@ -247,6 +251,16 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             raise InvalidRequestError(f"y '{y}' is {kind}, not a float tensor")
         all_f64 = all_f64 and bool(yv.dtype == np.float64)
         weights[y] = np.asarray(rng.standard_normal(yv.shape))
+        finite = np.isfinite(yv)
+        if not finite.all():  # e.g. SequenceMask's default fill -inf (review f1, 4c)
+            weights[y] = np.where(finite, weights[y], 0.0)
+            diagnostics.append(Diagnostic(
+                "warning", "non_finite_output",
+                f"{int(finite.size - finite.sum())} element(s) of y '{y}' are infinite or NaN "
+                "in the unperturbed run; they are left out of the loss (weight 0, zero seed "
+                "gradient), so the check covers the finite elements only",
+                blobs=(y,),
+            ))
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
     if not all_f64:
         diagnostics.append(Diagnostic(
@@ -484,6 +498,7 @@ def verify_net(
     # backward_step_net, so it keeps the step workspaces its gradient op needs).
     fwd = with_gradient_ops(net, ops)
     del fwd.op[len(net.op):]
+    options, skipped = _default_check(net, skip, checked_map, options)
     job = _Job(
         fwd.SerializeToString(),
         [op.SerializeToString() for op in ops],
@@ -498,7 +513,32 @@ def verify_net(
         report, diags = pool.submit(run_check, job)
     else:
         report, diags = run_check(job)
-    return VerifyResult(report, ops, dict(gen.grad_map), list(gen.diagnostics) + diags)
+    return VerifyResult(report, ops, dict(gen.grad_map),
+                        list(gen.diagnostics) + skipped + diags)
+
+
+def _default_check(
+    net: NetDef, skip: int, grad_map: Mapping[str, GradValue], options: VerifyOptions
+) -> tuple[VerifyOptions, list[Diagnostic]]:
+    """Leave inputs without a gradient by design out of the default check list.
+
+    Only when ``options.check`` is not given; see :mod:`core.verify.by_design` for the
+    rules. Each input left out gets an ``info`` diagnostic ``not_checked_no_gradient``.
+    """
+    if options.check is not None:
+        return options, []
+    floats: list[str] = []
+    for spec in options.inputs:
+        src = spec.tensor if spec.tensor is not None else spec.random
+        if src is not None and str(src.dtype).startswith("float"):
+            floats.append(spec.blob)
+    by_design = no_gradient_by_design(net.op, skip, grad_map, floats)
+    if not by_design:
+        return options, []
+    notes = [Diagnostic("info", "not_checked_no_gradient", note, blobs=(blob,))
+             for blob, note in by_design.items()]
+    check = [b for b in dict.fromkeys(floats) if b not in by_design]
+    return dataclasses.replace(options, check=check), notes
 
 
 __all__ = [

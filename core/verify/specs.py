@@ -98,7 +98,8 @@ class VerifyOptions:
         step: finite-difference step ``h`` (default ``1e-6``, or ``1e-3`` when an output is
             not float64).
         atol, rtol: tolerances of ``|analytic − numeric| <= atol + rtol·|numeric|``.
-        check: input blobs whose gradient is checked (default: every fed float input).
+        check: input blobs whose gradient is checked (default: every fed float input but
+            those with no gradient by design, see :mod:`core.verify.by_design`).
         passes: random directions per input in fast mode.
         seed: seed of the output weights, the fast-mode directions and unseeded inputs.
         cast_float64: cast fed float inputs to float64 (default true).

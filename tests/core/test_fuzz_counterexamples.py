@@ -15,6 +15,15 @@ these nets has a correct gradient that netgrad once got wrong.
 - ``F5_*``: F1 through a gradient Do's binding of its incoming gradient.
 - ``F6_*``: a zero-trip While left a carried blob's gradient unwritten: its zero seed
   was only found after another carried blob's zero seed (long profile, seed 20261201).
+- ``F7_*``: an in-place op (Scale, Negative, AffineChannel) before a Sum, or in an If
+  branch, had its gradient op write into the gradient blob Sum shared with another input
+  (review f1, finding 1); ``F7_chained_*`` (found by the fuzz-ci run once the strategy
+  emitted that pattern): a chain of in-place Scale + in-place Sum, where the gradient op
+  wrote ``<x>_grad``, which a later in-place Sum had given to its other input;
+  ``F7_do_*``: the same through a gradient Do writing ``<a>_grad`` for its input ``a``
+  while its other input ``b`` held that blob; ``F7_do_final_*``: a gradient Do's final
+  copy into a seed's inner name ran before another input's copy read that seed (Sum in the
+  body had given the seed to both).
 """
 
 from __future__ import annotations

@@ -757,6 +757,40 @@ _Gen.draft = _draft_8c  # type: ignore[method-assign]
 _Gen.emit = _emit_8c  # type: ignore[method-assign]
 
 
+# --- review f1 #1: an in-place op right before an in-place Sum (isolated block) ------------
+# Sum gives one gradient blob to all its inputs; the gradient of an in-place op before it
+# (Scale/Negative/Copy on the same name) used to write into that blob after the Sum's
+# gradient, so the Sum's other inputs got this op's gradient applied (F7 counterexamples).
+_base_statement_f1 = _Gen.statement
+
+
+def _statement_f1(self: _Gen, b: _Block) -> None:
+    if self.draw(st.integers(0, 7)):  # 7 times in 8: the usual statements
+        _base_statement_f1(self, b)
+        return
+    kind = self.kind()
+    op_type = self.draw(st.sampled_from(["Scale", "Negative", "Copy"]))
+    x = self.pick(b, kind)  # (may be a fresh parameter: it is read below in any case)
+    d = self.unary(op_type, x)
+    if d is None:  # unreachable: these three take any input
+        raise RuntimeError(f"generator bug: no {op_type} draft")
+    if not self.writable(b, x, d, True):
+        self.emit(b, d, force_fresh=True)
+        return
+    b.net.op.append(make_op(d.type, d.inputs, [x], d.args))
+    b.written[x] = None
+    others = [self.pick(b, kind) for _ in range(self.draw(st.integers(1, 2)))]
+    vs = [self.vals[n] for n in [x, *others]]
+    total = _Draft("Sum", [x, *others], Val(kind, pos=all(v.pos for v in vs)), inplace=(0,))
+    if self.writable(b, x, total, True):
+        b.net.op.append(make_op("Sum", total.inputs, [x]))
+    else:
+        self.emit(b, total, force_fresh=True)
+
+
+_Gen.statement = _statement_f1  # type: ignore[method-assign]
+
+
 # --- issue 9: small RecurrentNetwork ops (isolated block; rnn_fuzz_cases) -----------------
 def _rnn_step(draw: st.DrawFn, n_states: int, cell: str, gate_if: bool,
               params: dict[str, list[int]], d: int) -> tuple[list[OperatorDef], list[str]]:
