@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol, cast
 
-from core.errors import BusyError, ExecutionError, NetgradError
+from core.errors import BusyError, ExecutionError, NetgradError, WorkerLostError
 from core.executor.limits import RunLimits, default_limits
 from core.executor.pool import WorkerPool, _rebuild_error
 
@@ -168,6 +168,9 @@ def _task_pool(limits: RunLimits) -> WorkerPool:
 
 
 def _crashed(exc: NetgradError) -> bool:
+    """Whether the job's own process died (the task retries once), not the job's error."""
+    if isinstance(exc, WorkerLostError):  # the pool's crashed / unstartable worker (503)
+        return True
     text = exc.message.lower()
     return isinstance(exc, ExecutionError) and (
         "crashed" in text or "could not start an execution worker" in text
