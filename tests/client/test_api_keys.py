@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from api_schemas import caffe2_pb2 as server_caffe2_pb2
@@ -115,8 +116,19 @@ def test_too_many_jobs_is_rate_limited_with_retry_after(keyed: tuple[str, str]) 
 
     t = threading.Thread(target=hold)
     t.start()
+    # Probe only once the endless job holds the worker: a probe that came first would hold
+    # alice's slot itself and turn the endless job into the 429.
+    wait_until = time.monotonic() + 30
+    while time.monotonic() < wait_until and t.is_alive():
+        text = httpx.get(url + "/metrics", timeout=10).text
+        if any(line.startswith("netgrad_pool_workers_busy") and not line.endswith(" 0.0")
+               for line in text.splitlines()):
+            break
+        time.sleep(0.02)
     limited: errors.RateLimitedError | None = None
-    deadline = time.monotonic() + 2.5
+    # Until the first job ends (its wall-clock limit) or 30 s: on a loaded machine the first
+    # request may take a while to reach the server, and until then the others get 200s.
+    deadline = time.monotonic() + 30
     with Client(url, api_key=alice) as c:
         while limited is None and time.monotonic() < deadline and t.is_alive():
             try:
