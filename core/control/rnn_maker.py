@@ -36,6 +36,8 @@ step net is therefore renamed to a private blob and copied out by a plain ``Copy
 
 from __future__ import annotations
 
+from collections import Counter
+
 from api_schemas import caffe2_pb2
 from core.control.rnn_args import BACKWARD_ARGS, Link, RnnSpec, parse_rnn
 from core.control.subnets import gradient_control_op, invalid_net, io_names, reject_sparse
@@ -147,12 +149,12 @@ class _Plan:
                                  "recurrent state without an initial value (add it to "
                                  "recurrent_states with an initial_recurrent_state_ids entry), "
                                  "and not an input of the op", "rnn_state_without_initial"))
-        dup = sorted({s for s in states if states.count(s) > 1})
+        dup = sorted(s for s, n in Counter(states).items() if n > 1)
         if dup:
             problems.append((f"recurrent_states names {', '.join(dup)} more than once",
                              "invalid_rnn_arguments"))
         internal = [lk.internal for lk in spec.links]
-        dup = sorted({n for n in internal if internal.count(n) > 1})
+        dup = sorted(s for s, n in Counter(internal).items() if n > 1)
         if dup:
             problems.append((f"link_internal names {', '.join(dup)} more than once: one step "
                              "blob cannot be two windows", "invalid_rnn_arguments"))
@@ -175,7 +177,7 @@ class _Plan:
                              "written): a value carried between steps outside the recurrent "
                              "states, which the gradient cannot follow; write new blobs",
                              "rnn_hidden_recurrence"))
-        dup_ids = sorted({k for k in spec.initial_ids if spec.initial_ids.count(k) > 1})
+        dup_ids = sorted(k for k, n in Counter(spec.initial_ids).items() if n > 1)
         if dup_ids or 0 in spec.initial_ids:
             problems.append((f"initial_recurrent_state_ids {spec.initial_ids}: each state "
                              "needs its own input position, other than input 0 (the sequence); "

@@ -380,7 +380,7 @@ def run_recurrent_network_gradient(
         )
     for g in net.op:
         for name in g.output:
-            if not scratch.steps[0].has(name) and name not in {lk.internal for lk in links}:
+            if not scratch.steps[0].has(name) and name not in internals:
                 shared.create(name)
     for t in range(seq_len - 1, -1, -1):
         sw = scratch.steps[t]

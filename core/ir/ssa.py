@@ -46,7 +46,6 @@ class ForwardSSA:
         first_written: names whose first appearance is a write (their entry value is
             never read).
         blind_writers: indices of the ops that overwrite a blob without reading it.
-        has_control_ops: whether any op is a ``Do``, ``If`` or ``While``.
 
     Raises:
         InvalidNetError: a ``StopGradient`` output is read by nobody ("orphan", spec §2.4).
@@ -80,7 +79,6 @@ class ForwardSSA:
         self.first_written: set[str] = set()
         # ops that overwrite a blob without reading it (the older version's gradient stops)
         self.blind_writers: set[int] = set()
-        self.has_control_ops = False
         self._producers: dict[tuple[str, int], int] | None = None  # see producer()
         self._play_all()
         self._check_stop_gradients()
@@ -106,7 +104,6 @@ class ForwardSSA:
             op_type = type_names.setdefault(op_type, op_type)
             if op_type in CONTROL_OP_TYPES:
                 op = ops[idx] = with_implicit_inputs(op)
-                self.has_control_ops = True
             # Tuples: the garbage collector stops tracking a tuple of strings.
             op_in = tuple(op.input[:])
             op_out = tuple(op.output[:])

@@ -465,6 +465,8 @@ def lengths_top_k_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     ind, dy = np.asarray(inputs[1]), np.asarray(inputs[2])
     if ind.ndim != 2 or ind.shape != dy.shape or ind.shape[0] != ln.size:
         raise kernel_error(op, "TopKIndices and dTopK must both be [len(LENGTHS), k]", inputs)
+    if ln.size and ln.min() < 0:
+        raise kernel_error(op, "LENGTHS must be non-negative")
     out = np.zeros(int(ln.sum()), dtype=dy.dtype)
     off = 0
     for i, n in enumerate(ln):

@@ -137,13 +137,15 @@ def from_text(text: str, cls: type[M]) -> M:
     """Parse protobuf text format (``.pbtxt``), accepting ``cuda_gpu_id`` for ``device_id``.
 
     Raises:
-        DecodeError: the text does not parse.
+        DecodeError: the text does not parse, or nests too deeply for the parser.
     """
     msg = cls()
     try:
         text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
     except text_format.ParseError as exc:
         raise DecodeError(f"invalid text-format {cls.DESCRIPTOR.name}: {exc}") from exc
+    except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
+        raise DecodeError(f"text-format {cls.DESCRIPTOR.name} is nested too deeply") from exc
     _check_complete(msg)
     return msg
 

@@ -41,22 +41,23 @@ def _positions_with_gradient(op: OperatorDef) -> set[int] | None:
     Asked with a gradient on every output, then (if the maker refuses that, e.g. a
     statistics output) on each output alone; the union of the answers.
     """
-    n_out = len(op.output)
-    tries: list[list[GradValue]] = [[f"{o}_grad" for o in op.output]]
-    if n_out > 1:
-        tries += [[f"{o}_grad" if k == j else None for k, o in enumerate(op.output)]
-                  for j in range(n_out)]
+    every: list[GradValue] = [f"{o}_grad" for o in op.output]
+    try:  # every output at once: the maximal set, and the common case
+        res = gradient_for_op(op, every)
+        return {k for k, g in enumerate(res.g_input) if g is not None}
+    except NetgradError:
+        pass
     found: set[int] = set()
     answered = False
-    for g_output in tries:
-        try:
-            res = gradient_for_op(op, g_output)
-        except NetgradError:
-            continue
-        answered = True
-        found.update(k for k, g in enumerate(res.g_input) if g is not None)
-        if len(tries) > 1 and g_output is tries[0]:
-            break  # every output at once answered: the maximal set
+    if len(op.output) > 1:  # one output at a time, built one try at a time
+        for j in range(len(op.output)):
+            g_output: list[GradValue] = [g if k == j else None for k, g in enumerate(every)]
+            try:
+                res = gradient_for_op(op, g_output)
+            except NetgradError:
+                continue
+            answered = True
+            found.update(k for k, g in enumerate(res.g_input) if g is not None)
     return found if answered else None
 
 

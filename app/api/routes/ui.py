@@ -91,6 +91,8 @@ def _parse_net(data: bytes, content_type: str) -> caffe2_pb2.NetDef:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DecodeError(f"the file is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise DecodeError("the JSON file is nested too deeply") from exc
         if isinstance(obj, dict) and "net" in obj and "op" not in obj:
             obj = obj["net"]  # a request file: take its net
         return codec.from_json_obj(obj, caffe2_pb2.NetDef)
@@ -99,6 +101,22 @@ def _parse_net(data: bytes, content_type: str) -> caffe2_pb2.NetDef:
     raise ProblemError(415, "unsupported_media_type",
                        "send the NetDef file as application/protobuf (.pb), text/x-protobuf "
                        "(.pbtxt) or application/json (.json)")
+
+
+async def _bounded_body(request: Request, message: str) -> bytes:
+    """The body, read only up to ``nets.MAX_NET_BYTES`` (413 past it, rest unread).
+
+    Raises:
+        ProblemError: 413 ``body_too_large`` (``message`` formatted with the limit).
+    """
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > nets.MAX_NET_BYTES:
+            raise ProblemError(413, "body_too_large", message.format(nets.MAX_NET_BYTES))
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _blobs(net: caffe2_pb2.NetDef) -> list[str]:
@@ -112,10 +130,7 @@ def _blobs(net: caffe2_pb2.NetDef) -> list[str]:
 @router.post("/ui/parse")
 async def parse(request: Request) -> Response:
     """A NetDef file (binary, text format or JSON) -> ``{"net", "blobs", "default_ys"}``."""
-    data = await request.body()
-    if len(data) > nets.MAX_NET_BYTES:
-        raise ProblemError(413, "body_too_large",
-                           f"net files up to {nets.MAX_NET_BYTES} bytes are accepted here")
+    data = await _bounded_body(request, "net files up to {} bytes are accepted here")
     net = _parse_net(data, request.headers.get("content-type", ""))
     blobs = _blobs(net)
     default = list(net.external_output) or blobs[-1:]
@@ -126,10 +141,7 @@ async def parse(request: Request) -> Response:
 @router.post("/ui/nets")
 async def store_net(request: Request) -> Response:
     """Keep a NetDef (JSON body) for Netron: ``{"id", "ops", "url"}``."""
-    data = await request.body()
-    if len(data) > nets.MAX_NET_BYTES:
-        raise ProblemError(413, "body_too_large",
-                           f"nets up to {nets.MAX_NET_BYTES} bytes are kept for drawing")
+    data = await _bounded_body(request, "nets up to {} bytes are kept for drawing")
     net = _parse_net(data, request.headers.get("content-type", "application/json"))
     key = nets.store(net)
     body = {"id": key, "ops": len(net.op), "url": f"/ui/nets/{key}/predict_net.pb"}
