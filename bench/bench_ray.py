@@ -38,7 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from api_schemas import caffe2_pb2  # noqa: E402
-from core.executor.backends import PoolBackend, RayBackend  # noqa: E402
+from core.executor.backends import (  # noqa: E402
+    PoolBackend,
+    RayBackend,
+    ray_driver_environment,
+)
 from core.executor.limits import RunLimits  # noqa: E402
 from core.executor.pool import WorkerPool  # noqa: E402
 from core.registry import make_arg, make_op  # noqa: E402
@@ -60,8 +64,15 @@ def _check(backend: object, n: int) -> tuple[float, object]:
     opts = VerifyOptions(inputs=[InputSpec("x", random=RandomSpec([n], seed=1))], mode="full")
     start = time.perf_counter()
     res = verify_net(_net(), ["y"], opts,
-                     runner=lambda job: fanout.numeric(job, backend))
+                     runner=lambda job: fanout.numeric(job, backend, progress=_count))
     return time.perf_counter() - start, res.report
+
+
+JOBS = [0]
+
+
+def _count(_done: int, total: int) -> None:
+    JOBS[0] = total
 
 
 def _per_task_ms(backend: object, tasks: int) -> float:
@@ -120,6 +131,7 @@ def main() -> None:
         _ray(*worker, "--node-ip-address", "127.0.0.3", env=env)
         import ray
 
+        ray_driver_environment()  # as RayBackend does when it starts Ray itself
         ray.init(address=address, namespace="netgrad-bench", logging_level="ERROR",
                  log_to_driver=False, _node_ip_address=HEAD_IP)
         _wait_cpus(ray, 1)
@@ -156,8 +168,8 @@ def main() -> None:
     for label, t, rep in rows:
         print(f"| {label} | {t:.1f} | {rows[0][1] / t:.2f}x | {rep == single} |")
     print()
-    chunks = -(-n // fanout.MAX_CHUNK)
-    print(f"chunks: {chunks} of at most {fanout.MAX_CHUNK} elements; overhead per no-op "
+    print(f"jobs of the last fanned-out check: {JOBS[0]} (one prepare job, then chunks sized "
+          f"to about {fanout.TARGET_CHUNK_S:g} s each); overhead per no-op "
           f"task ({args.tasks} tasks, 2 slots busy): "
           f"Ray 1 node {over_ray:.2f} ms, Ray 2 nodes {over_ray2:.2f} ms, "
           f"pool 2 workers {over_pool:.2f} ms")

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from core.errors import BusyError, ExecutionError, NetgradError, WorkerLostError
@@ -42,6 +43,22 @@ EXECUTORS = ("pool", "ray")
 #: Seconds past a Ray task's wall-clock limit before it is cancelled from outside (its own
 #: pool stops it first, with the precise error).
 _RAY_GRACE_S = 5.0
+#: Ray tasks of one map in flight per CPU of the cluster (one running, one queued behind it).
+RAY_IN_FLIGHT_PER_CPU = 2
+#: Ray settings of the process that submits the tasks (read by ``ray.init``; a value already
+#: in the environment wins). ``worker_lease_timeout_milliseconds``: how long a submitter
+#: keeps a leased worker for its next queued task. Ray's 500 ms default is shorter than a
+#: fan-out chunk (about 1 s, :data:`core.verify.fanout.TARGET_CHUNK_S`), so every chunk gave
+#: its worker back and the next one waited for a new lease: 18-145 ms between chunks on one
+#: of two nodes (bench/README.md §9). 5 s keeps a worker for a few chunks, then lets other
+#: submitters of the cluster have it.
+RAY_DRIVER_ENV = {"RAY_worker_lease_timeout_milliseconds": "5000"}
+
+
+def ray_driver_environment() -> None:
+    """Put :data:`RAY_DRIVER_ENV` in ``os.environ`` (before ``ray.init``; kept if set)."""
+    for key, value in RAY_DRIVER_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 class JobCancelledError(NetgradError):
@@ -178,6 +195,23 @@ def _crashed(exc: NetgradError) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """An argument put once in Ray's object store for all jobs of a map (see ``_shared``)."""
+
+    ref: Any
+
+
+def _resolve(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    if not any(isinstance(a, _Shared) for a in args):
+        return args
+    import ray
+
+    refs = [a.ref for a in args if isinstance(a, _Shared)]
+    values = iter(ray.get(refs))
+    return tuple(next(values) if isinstance(a, _Shared) else a for a in args)
+
+
 def ray_job(fn: Callable[..., Any], args: tuple[Any, ...], limits: RunLimits) -> tuple[Any, ...]:
     """Body of a Ray task: ``fn(*args)`` in this worker's own pool, under ``limits``.
 
@@ -188,7 +222,7 @@ def ray_job(fn: Callable[..., Any], args: tuple[Any, ...], limits: RunLimits) ->
         WorkerDiedError: the job's process died (Ray retries the task once).
     """
     try:
-        return ("ok", _task_pool(limits).submit(fn, *args))
+        return ("ok", _task_pool(limits).submit(fn, *_resolve(args)))
     except NetgradError as exc:
         if _crashed(exc):
             raise WorkerDiedError(exc.message) from None
@@ -242,6 +276,7 @@ class RayBackend:
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ray = self._ray = _import_ray()
         if not ray.is_initialized():
+            ray_driver_environment()
             ray.init(address=address, namespace=namespace, logging_level="ERROR",
                      log_to_driver=False, configure_logging=False)
         self.limits = limits or RunLimits()
@@ -259,7 +294,12 @@ class RayBackend:
 
     def map(self, fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]], *,
             on_done: Progress | None = None, cancelled: Cancelled | None = None) -> list[Any]:
-        """One Ray task per job, all queued at once; results in input order.
+        """One Ray task per job, at most :data:`RAY_IN_FLIGHT_PER_CPU` per cluster CPU in
+        flight at once; results in input order.
+
+        Keeping only a window in flight bounds what a cancel has to stop and what each
+        ``ray.wait`` scans (with every task queued at once, the waits over 391 pending
+        references cost the caller 8 ms of CPU per task).
 
         Raises:
             NetgradError: the job's own error, rebuilt with its type and problems (of the
@@ -271,17 +311,24 @@ class RayBackend:
         """
         ray = self._ray
         total = len(args_list)
-        refs = [self._task.remote(fn, tuple(a), self.limits) for a in args_list]
-        index = {r: k for k, r in enumerate(refs)}
+        calls = self._shared(args_list)
+        window = max(2, RAY_IN_FLIGHT_PER_CPU * self.size)
         results: list[Any] = [None] * total
         rounds = -(-total // self.size) + 1
         deadline = time.monotonic() + self.queue_timeout_s + rounds * (
             self.limits.wall_clock_s + _RAY_GRACE_S)
-        pending = list(refs)
+        index: dict[Any, int] = {}
+        pending: list[Any] = []
+        submitted = 0
         done = 0
         failure: tuple[int, NetgradError] | None = None
         try:
-            while pending:
+            while submitted < total or pending:
+                while submitted < total and len(pending) < window and failure is None:
+                    ref = self._task.remote(fn, calls[submitted], self.limits)
+                    index[ref] = submitted
+                    pending.append(ref)
+                    submitted += 1
                 if cancelled is not None and cancelled():
                     raise JobCancelledError("the job was cancelled")
                 if time.monotonic() > deadline:
@@ -289,7 +336,7 @@ class RayBackend:
                                     "retry later")
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
                 for ref in ready:
-                    k = index[ref]
+                    k = index.pop(ref)
                     try:
                         reply = ray.get(ref)
                     except Exception as exc:  # the task died twice, or was cancelled
@@ -314,6 +361,37 @@ class RayBackend:
             for ref in pending:
                 ray.cancel(ref, force=True)
         return results
+
+    def _shared(self, args_list: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Each job's arguments as one object-store reference when jobs share arguments.
+
+        The chunks of a fan-out all carry the same job and loss weights (megabytes for a
+        10^5-element input). Passed by value, Ray would store one copy per task: 391 copies
+        of 0.8 MB filled a 200 MB object store and spilled to disk, and every worker fetched
+        its own copy. Here an argument object passed to more than one job is put once; each
+        task gets a reference to its tuple, whose shared members are references too (Ray
+        resolves a top-level reference argument, and the worker reads nested ones below).
+        """
+        ray = self._ray
+        if len(args_list) < 2:
+            return [tuple(a) for a in args_list]
+        seen: dict[int, int] = {}
+        for args in args_list:
+            for a in args:
+                seen[id(a)] = seen.get(id(a), 0) + 1
+        put: dict[int, Any] = {}
+        out = []
+        for args in args_list:
+            items = []
+            for a in args:
+                if seen[id(a)] > 1 and not isinstance(a, (int, float, str, bool, type(None))):
+                    if id(a) not in put:
+                        put[id(a)] = ray.put(a)
+                    items.append(_Shared(put[id(a)]))
+                else:
+                    items.append(a)
+            out.append(tuple(items))
+        return out
 
     def close(self) -> None:
         """Nothing to stop: the cluster outlives this process (jobs kept in Ray live on)."""

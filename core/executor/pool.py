@@ -69,11 +69,13 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
             importlib.import_module(mod)
         except ImportError:  # optional preload; the job imports what it needs
             pass
+    from core.executor.allocator import keep_freed_memory, release_freed_memory
     from core.executor.executor import _ensure_loaded
     from core.executor.limits import set_default_limits
 
     _ensure_loaded()
     set_default_limits(limits)
+    keep_freed_memory()
     try:
         import resource
 
@@ -104,6 +106,7 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
                      list(exc.problems))
         except BaseException as exc:  # any other failure of the job
             reply = ("error", f"{type(exc).__name__}: {exc}")
+        del msg, fn, args
         try:
             conn.send(reply)
         except MemoryError:
@@ -113,6 +116,8 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
             conn.send(("error", f"job result could not be sent back: {exc!r}"))
         if recycle:
             return
+        del reply
+        release_freed_memory()  # after the reply: the caller does not wait for it
 
 
 class _Worker:

@@ -22,6 +22,7 @@ Fast mode and small checks run as one job (:func:`numeric` decides).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,10 +50,14 @@ from core.verify.specs import BlobReport, VerifyReport
 FANOUT_MIN_ELEMENTS = 512
 #: Chunks per slot of the backend, so a slow chunk does not leave the other slots idle.
 CHUNKS_PER_SLOT = 4
+#: Seconds of net runs one chunk aims at (from the prepare job's timing of one run): long
+#: enough that a task's fixed cost (about 1-2 ms on Ray, plus shipping the inputs) is small,
+#: short enough that a cancel or the progress count does not wait long.
+TARGET_CHUNK_S = 1.0
 #: Fewest elements of one chunk (each chunk re-materializes the inputs).
-MIN_CHUNK = 64
-#: Most elements of one chunk: bounds how long a cancel waits and keeps progress moving.
-MAX_CHUNK = 256
+MIN_CHUNK = 16
+#: Most elements of one chunk, whatever the timing says.
+MAX_CHUNK = 4096
 
 
 @dataclass
@@ -75,6 +80,8 @@ class FullPlan:
         kink_note: the note for blobs that fail near a kink.
         blobs: per checked blob, in check order: shape, analytic gradient (float64) and
             note, or the failed report when the analytic gradient is missing.
+        run_seconds: wall-clock seconds of one loss evaluation (one forward run) in the
+            prepare job, the faster of two; sizes the chunks (0: unknown).
     """
 
     step: float
@@ -82,6 +89,7 @@ class FullPlan:
     diagnostics: list[Diagnostic]
     kink_note: str
     blobs: list[_BlobPlan]
+    run_seconds: float = 0.0
 
 
 def prepare_full(job: _Job) -> FullPlan:
@@ -96,7 +104,12 @@ def prepare_full(job: _Job) -> FullPlan:
         for blob in p.check:
             a, note, failed = _analytic_or_report(p, job, blob)
             blobs.append(_BlobPlan(blob, tuple(p.feeds[blob].shape), a, note, failed))
-    return FullPlan(p.step, p.weights, p.diagnostics, p.kink_note, blobs)
+        run_seconds = math.inf
+        for _ in range(2):
+            start = time.perf_counter()
+            _loss(p.ctx, p.net, p.feeds, p.weights)
+            run_seconds = min(run_seconds, time.perf_counter() - start)
+    return FullPlan(p.step, p.weights, p.diagnostics, p.kink_note, blobs, run_seconds)
 
 
 def full_chunk(job: _Job, weights: Mapping[str, np.ndarray], step: float, blob: str, lo: int,
@@ -128,11 +141,24 @@ def estimated_elements(job: _Job) -> int:
     return total
 
 
+def chunk_size(plan: FullPlan, slots: int) -> int:
+    """Elements per chunk: about :data:`TARGET_CHUNK_S` of runs (two per element), at
+    least :data:`CHUNKS_PER_SLOT` chunks per slot, within ``MIN_CHUNK..MAX_CHUNK``.
+
+    Any size gives the same report (each element is perturbed alone); only the number of
+    jobs, and so the progress count, depends on the timing.
+    """
+    total = sum(math.prod(b.shape) for b in plan.blobs if b.failed is None)
+    by_slots = -(-total // max(1, slots * CHUNKS_PER_SLOT))
+    by_time = (int(TARGET_CHUNK_S / (2 * plan.run_seconds)) if plan.run_seconds > 0
+               else MAX_CHUNK)
+    return max(MIN_CHUNK, min(by_slots, by_time, MAX_CHUNK))
+
+
 def chunk_ranges(plan: FullPlan, slots: int) -> list[tuple[str, int, int]]:
     """``(blob, lo, hi)`` ranges covering every checked element, in blob and index order."""
     sizes = [(b.blob, math.prod(b.shape)) for b in plan.blobs if b.failed is None]
-    total = sum(n for _, n in sizes)
-    size = min(MAX_CHUNK, max(MIN_CHUNK, -(-total // max(1, slots * CHUNKS_PER_SLOT))))
+    size = chunk_size(plan, slots)
     return [(blob, lo, min(lo + size, n)) for blob, n in sizes for lo in range(0, n, size)]
 
 
@@ -187,5 +213,5 @@ def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
     return report, plan.diagnostics
 
 
-__all__ = ["FullPlan", "chunk_ranges", "estimated_elements", "full_chunk", "numeric",
+__all__ = ["FullPlan", "chunk_ranges", "chunk_size", "estimated_elements", "full_chunk", "numeric",
            "prepare_full"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -125,3 +127,30 @@ def test_http_answer_with_fan_out_is_byte_identical_to_one_worker() -> None:
                             c.post("/v1/verify", json=req, headers={"accept": PB}).content))
     assert b'"passed":true' in answers[0][0]
     assert answers[0] == answers[1]
+
+
+def test_chunks_are_sized_by_the_measured_run_time() -> None:
+    plan = fanout.prepare_full(_job(batch=40))
+    assert plan.run_seconds > 0
+    total = sum(math.prod(b.shape) for b in plan.blobs if b.failed is None)
+    slow = dataclasses.replace(plan, run_seconds=fanout.TARGET_CHUNK_S / 20)  # 10 elements/s
+    assert fanout.chunk_size(slow, 2) == fanout.MIN_CHUNK
+    fast = dataclasses.replace(plan, run_seconds=1e-7)
+    assert fanout.chunk_size(fast, 2) == fast_size(total)
+    mid = dataclasses.replace(plan, run_seconds=fanout.TARGET_CHUNK_S / 100)  # 50 per chunk
+    assert fanout.chunk_size(mid, 1) == min(50, -(-total // fanout.CHUNKS_PER_SLOT))
+    unknown = dataclasses.replace(plan, run_seconds=0.0)
+    assert fanout.chunk_size(unknown, 2) == fast_size(total)
+
+
+def fast_size(total: int) -> int:
+    return max(fanout.MIN_CHUNK, min(fanout.MAX_CHUNK, -(-total // (2 * fanout.CHUNKS_PER_SLOT))))
+
+
+def test_any_chunk_size_gives_the_same_report(pool: WorkerPool,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _job(batch=16)
+    single = run_check(job)
+    for size in (fanout.MIN_CHUNK, 37, fanout.MAX_CHUNK):
+        monkeypatch.setattr(fanout, "chunk_size", lambda plan, slots, s=size: s)
+        assert fanout.numeric(job, pool, min_elements=0) == single
