@@ -22,16 +22,18 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
 from google.protobuf.message import Message
 
 from netgrad._json import from_json, to_json
-from netgrad.errors import TransportError, error_for
+from netgrad.errors import JobCancelledError, JobTimeoutError, TransportError, error_for
 from netgrad.proto import caffe2_pb2, netgrad_pb2
 
 M = TypeVar("M", bound=Message)
@@ -50,6 +52,12 @@ PROTOBUF = "application/protobuf"
 JSON = "application/json"
 #: Environment variable read for the API key when ``api_key`` is not given.
 API_KEY_ENV = "NETGRAD_API_KEY"
+#: What an asynchronous job answers when done: a verification report or fetched blobs.
+JobResult = netgrad_pb2.VerifyResponse | netgrad_pb2.RunResponse
+#: Called with each status ``wait`` polls (e.g. to show ``progress.done / progress.total``).
+OnStatus = Callable[[netgrad_pb2.JobStatus], None]
+#: Statuses after which a job changes no more.
+FINISHED = ("done", "failed", "cancelled")
 
 
 def tensor_input(blob: str, shape: Sequence[int], data: Sequence[float],
@@ -199,6 +207,47 @@ def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLik
     return req
 
 
+def job_request(req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
+                ) -> netgrad_pb2.JobRequest:
+    """A ``POST /v1/jobs`` body holding ``req`` (from :func:`verify_request` or
+    :func:`run_request`, or any class of those messages).
+
+    Raises:
+        TypeError: ``req`` is neither a verify nor a run request.
+    """
+    name = req.DESCRIPTOR.full_name
+    if name == netgrad_pb2.VerifyRequest.DESCRIPTOR.full_name:
+        return netgrad_pb2.JobRequest(verify=as_message(req, netgrad_pb2.VerifyRequest))
+    if name == netgrad_pb2.RunRequest.DESCRIPTOR.full_name:
+        return netgrad_pb2.JobRequest(run=as_message(req, netgrad_pb2.RunRequest))
+    raise TypeError(f"a job is a VerifyRequest or a RunRequest, not {name}")
+
+
+def job_outcome(status: netgrad_pb2.JobStatus) -> JobResult | None:
+    """The result of a finished job; ``None`` while it is queued or running.
+
+    Raises:
+        ProblemError: the job failed (the subclass of the problem's status, as the
+            synchronous route would have raised).
+        JobCancelledError: the job was cancelled.
+    """
+    if status.status == "done":
+        return status.verify if status.kind == "verify" else status.run
+    if status.status == "failed":
+        doc = to_json(status.error)
+        raise error_for(int(status.error.status or 500), doc if isinstance(doc, dict) else {})
+    if status.status == "cancelled":
+        raise JobCancelledError(status.id)
+    return None
+
+
+def _job_id(job: netgrad_pb2.JobStatus | str) -> str:
+    job_id = job if isinstance(job, str) else job.id
+    if not job_id or "/" in job_id:
+        raise ValueError(f"not a job id: {job_id!r}")
+    return job_id
+
+
 def auth_headers(api_key: str | None = None,
                  headers: Mapping[str, str] | None = None) -> dict[str, str]:
     """Headers sent with every request: ``headers``, plus ``Authorization: Bearer <key>``
@@ -236,7 +285,7 @@ class _Base:
 
     @staticmethod
     def _answer(r: httpx.Response, cls: type[M]) -> M:
-        if r.status_code != 200:
+        if r.status_code not in (200, 202):
             try:
                 doc = r.json()
             except ValueError:
@@ -317,6 +366,71 @@ class Client(_Base):
         """``POST /v1/run`` (``run``); keywords as :func:`run_request`."""
         return self._post("/v1/run", run_request(net, fetch, **kw), netgrad_pb2.RunResponse)
 
+    def _delete(self, path: str, cls: type[M]) -> M:
+        try:
+            r = self._http.delete(path, headers={"Accept": JSON})
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    def submit(self, req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
+               ) -> netgrad_pb2.JobStatus:
+        """``POST /v1/jobs`` (``submitJob``): queue a verification or a run; its status
+        (``queued``, with ``id``). Build ``req`` with :func:`verify_request` or
+        :func:`run_request`; then :meth:`wait`."""
+        return self._post("/v1/jobs", job_request(req), netgrad_pb2.JobStatus)
+
+    def submit_verify(self, net: NetLike, ys: YsLike, **kw: Any) -> netgrad_pb2.JobStatus:
+        """:meth:`submit` of :func:`verify_request` ``(net, ys, **kw)``."""
+        return self.submit(verify_request(net, ys, **kw))
+
+    def submit_run(self, net: NetLike, fetch: Sequence[str], **kw: Any
+                   ) -> netgrad_pb2.JobStatus:
+        """:meth:`submit` of :func:`run_request` ``(net, fetch, **kw)``."""
+        return self.submit(run_request(net, fetch, **kw))
+
+    def job(self, job: netgrad_pb2.JobStatus | str) -> netgrad_pb2.JobStatus:
+        """``GET /v1/jobs/{id}`` (``getJob``): status, progress, and the result when done.
+
+        Raises:
+            NotFoundError: no such job, or its result expired (the service's job TTL).
+        """
+        return self._get(f"/v1/jobs/{_job_id(job)}", netgrad_pb2.JobStatus)
+
+    def cancel(self, job: netgrad_pb2.JobStatus | str) -> netgrad_pb2.JobStatus:
+        """``DELETE /v1/jobs/{id}`` (``cancelJob``): cancel a queued or running job; its
+        status (a finished job is left as it is)."""
+        return self._delete(f"/v1/jobs/{_job_id(job)}", netgrad_pb2.JobStatus)
+
+    def wait(self, job: netgrad_pb2.JobStatus | str, *, timeout: float | None = None,
+             poll_interval: float = 0.5, on_status: OnStatus | None = None) -> JobResult:
+        """Poll a job until it finishes; its result (``VerifyResponse`` or ``RunResponse``).
+
+        Args:
+            job: the status :meth:`submit` answered, or the job id.
+            timeout: seconds to wait in all (``None``: no limit).
+            poll_interval: seconds between polls.
+            on_status: called with every status polled.
+
+        Raises:
+            ProblemError: the job failed (as the synchronous route would have refused).
+            JobCancelledError: the job was cancelled.
+            JobTimeoutError: ``timeout`` passed first (the job goes on).
+            NotFoundError: no such job, or its result expired.
+        """
+        job_id = _job_id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.job(job_id)
+            if on_status is not None:
+                on_status(status)
+            result = job_outcome(status)
+            if result is not None:
+                return result
+            if deadline is not None and time.monotonic() + poll_interval > deadline:
+                raise JobTimeoutError(job_id, status.status, float(timeout or 0))
+            time.sleep(poll_interval)
+
     def operators(self, status: str | None = None) -> netgrad_pb2.OperatorList:
         """``GET /v1/operators`` (``listOperators``), filtered by gradient status if given."""
         params = {"status": status} if status else None
@@ -386,6 +500,52 @@ class AsyncClient(_Base):
         return await self._post("/v1/run", run_request(net, fetch, **kw),
                                 netgrad_pb2.RunResponse)
 
+    async def _delete(self, path: str, cls: type[M]) -> M:
+        try:
+            r = await self._http.delete(path, headers={"Accept": JSON})
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
+        return self._answer(r, cls)
+
+    async def submit(self, req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
+                     ) -> netgrad_pb2.JobStatus:
+        """``POST /v1/jobs``."""
+        return await self._post("/v1/jobs", job_request(req), netgrad_pb2.JobStatus)
+
+    async def submit_verify(self, net: NetLike, ys: YsLike, **kw: Any
+                            ) -> netgrad_pb2.JobStatus:
+        """:meth:`submit` of :func:`verify_request`."""
+        return await self.submit(verify_request(net, ys, **kw))
+
+    async def submit_run(self, net: NetLike, fetch: Sequence[str], **kw: Any
+                         ) -> netgrad_pb2.JobStatus:
+        """:meth:`submit` of :func:`run_request`."""
+        return await self.submit(run_request(net, fetch, **kw))
+
+    async def job(self, job: netgrad_pb2.JobStatus | str) -> netgrad_pb2.JobStatus:
+        """``GET /v1/jobs/{id}``."""
+        return await self._get(f"/v1/jobs/{_job_id(job)}", netgrad_pb2.JobStatus)
+
+    async def cancel(self, job: netgrad_pb2.JobStatus | str) -> netgrad_pb2.JobStatus:
+        """``DELETE /v1/jobs/{id}``."""
+        return await self._delete(f"/v1/jobs/{_job_id(job)}", netgrad_pb2.JobStatus)
+
+    async def wait(self, job: netgrad_pb2.JobStatus | str, *, timeout: float | None = None,
+                   poll_interval: float = 0.5, on_status: OnStatus | None = None) -> JobResult:
+        """As :meth:`Client.wait` (same errors)."""
+        job_id = _job_id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = await self.job(job_id)
+            if on_status is not None:
+                on_status(status)
+            result = job_outcome(status)
+            if result is not None:
+                return result
+            if deadline is not None and time.monotonic() + poll_interval > deadline:
+                raise JobTimeoutError(job_id, status.status, float(timeout or 0))
+            await asyncio.sleep(poll_interval)
+
     async def operators(self, status: str | None = None) -> netgrad_pb2.OperatorList:
         """``GET /v1/operators``."""
         params = {"status": status} if status else None
@@ -396,5 +556,6 @@ class AsyncClient(_Base):
         return await self._get("/healthz", netgrad_pb2.Health)
 
 
-__all__ = ["AsyncClient", "Client", "as_message", "auth_headers", "net_request", "op_request",
-           "random_input", "run_request", "tensor_input", "verify_request"]
+__all__ = ["FINISHED", "AsyncClient", "Client", "JobResult", "as_message", "auth_headers",
+           "job_outcome", "job_request", "net_request", "op_request", "random_input",
+           "run_request", "tensor_input", "verify_request"]

@@ -40,6 +40,33 @@ class TransportError(NetgradError):
     """The service could not be reached, or the connection failed (no HTTP answer)."""
 
 
+class JobCancelledError(NetgradError):
+    """The awaited job was cancelled (``DELETE /v1/jobs/{id}``) before it finished.
+
+    Attributes:
+        job_id: the job's id.
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was cancelled")
+
+
+class JobTimeoutError(NetgradError, TimeoutError):
+    """``wait`` gave up before the job finished; the job itself goes on (cancel it, or wait
+    again).
+
+    Attributes:
+        job_id: the job's id.
+        status: the last status seen (``queued`` or ``running``).
+    """
+
+    def __init__(self, job_id: str, status: str, seconds: float) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} still {status} after {seconds:g} s")
+
+
 class ProblemError(NetgradError):
     """The service refused the request.
 
