@@ -185,14 +185,12 @@ def _task_pool(limits: RunLimits) -> WorkerPool:
 
 
 def _crashed(exc: NetgradError) -> bool:
-    """Whether the job's own process died (the task retries once), not the job's error."""
-    if isinstance(exc, WorkerLostError):  # the pool's crashed / unstartable worker (503)
-        return True
-    text = exc.message.lower()
-    return isinstance(exc, ExecutionError) and (
-        "crashed" in text or "could not start an execution worker" in text
-        or any(p.code == "worker_crashed" for p in exc.problems)
-    )
+    """Whether the job's own process died (the task retries once), not the job's error.
+
+    Only the pool's :class:`~core.errors.WorkerLostError` (a crashed or unstartable worker)
+    counts: a job's own error is never retried, whatever its message says.
+    """
+    return isinstance(exc, WorkerLostError)
 
 
 @dataclass(frozen=True)

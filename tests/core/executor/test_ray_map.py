@@ -116,3 +116,12 @@ def test_the_driver_environment_keeps_a_value_already_set(
     monkeypatch.setenv(key, "1234")
     backends.ray_driver_environment()
     assert os.environ[key] == "1234"
+
+
+def test_only_a_lost_worker_is_retried_not_a_job_error_mentioning_a_crash() -> None:
+    from core.errors import ExecutionError, WorkerLostError
+
+    assert backends._crashed(WorkerLostError("execution worker crashed after 0.1 s"))
+    # a job's own error is the job's answer, even when its text says "crashed"
+    assert not backends._crashed(ExecutionError("blob 'crashed' could not start an execution"))
+    assert not backends._crashed(InvalidRequestError("input 'crashed' is missing"))
