@@ -477,6 +477,17 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
             g.arg.extend(args)
 
 
+def _used(name: str, ops: Sequence[OperatorDef], g_input: Sequence[GradValue]) -> bool:
+    """Whether a gradient op reads ``name`` or an input gradient is (or holds) ``name``."""
+    for g in ops:
+        if name in g.input:  # membership in the protobuf container, in C
+            return True
+    for gi in g_input:
+        if gi == name or (isinstance(gi, GradientSlice) and name in (gi.indices, gi.values)):
+            return True
+    return False
+
+
 def _warn_dropped(
     op_type: str,
     g_output: Sequence[GradValue],
@@ -491,12 +502,9 @@ def _warn_dropped(
     LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
     output does not flow further; the answer says so instead of dropping it silently.
     """
-    used: set[str] = {n for g in ops for n in g.input}
-    for g in g_input:
-        used.update(grad_names(g))
     dropped = [
         out for out, g in zip(output_names, g_output, strict=False)
-        if g is not None and not set(grad_names(g)) & used
+        if g is not None and not any(_used(n, ops, g_input) for n in grad_names(g))
     ]
     if dropped and hasattr(env, "warn"):
         env.warn(
