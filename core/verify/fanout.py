@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.executor.backends import Cancelled, Progress, as_backend
+from core.errors import LimitExceededError
+from core.executor.backends import Backend, Cancelled, JobCancelledError, Progress, as_backend
 from core.executor.executor import ExecContext
 from core.executor.limits import default_limits, element_cap
 from core.types import Diagnostic
@@ -82,6 +83,8 @@ class FullPlan:
             note, or the failed report when the analytic gradient is missing.
         run_seconds: wall-clock seconds of one loss evaluation (one forward run) in the
             prepare job, the faster of two; sizes the chunks (0: unknown).
+        chunk_s: seconds of runs a chunk aims at: :data:`TARGET_CHUNK_S`, or a quarter of
+            the per-job wall-clock limit when that is shorter.
     """
 
     step: float
@@ -90,6 +93,7 @@ class FullPlan:
     kink_note: str
     blobs: list[_BlobPlan]
     run_seconds: float = 0.0
+    chunk_s: float = TARGET_CHUNK_S
 
 
 def prepare_full(job: _Job) -> FullPlan:
@@ -109,7 +113,8 @@ def prepare_full(job: _Job) -> FullPlan:
             start = time.perf_counter()
             _loss(p.ctx, p.net, p.feeds, p.weights)
             run_seconds = min(run_seconds, time.perf_counter() - start)
-    return FullPlan(p.step, p.weights, p.diagnostics, p.kink_note, blobs, run_seconds)
+    return FullPlan(p.step, p.weights, p.diagnostics, p.kink_note, blobs, run_seconds,
+                    min(TARGET_CHUNK_S, limits.wall_clock_s / 4))
 
 
 def full_chunk(job: _Job, weights: Mapping[str, np.ndarray], step: float, blob: str, lo: int,
@@ -142,15 +147,15 @@ def estimated_elements(job: _Job) -> int:
 
 
 def chunk_size(plan: FullPlan, slots: int) -> int:
-    """Elements per chunk: about :data:`TARGET_CHUNK_S` of runs (two per element), at
-    least :data:`CHUNKS_PER_SLOT` chunks per slot, within ``MIN_CHUNK..MAX_CHUNK``.
+    """Elements per chunk: about ``plan.chunk_s`` of runs (two per element), at least
+    :data:`CHUNKS_PER_SLOT` chunks per slot, within ``MIN_CHUNK..MAX_CHUNK``.
 
     Any size gives the same report (each element is perturbed alone); only the number of
     jobs, and so the progress count, depends on the timing.
     """
     total = sum(math.prod(b.shape) for b in plan.blobs if b.failed is None)
     by_slots = -(-total // max(1, slots * CHUNKS_PER_SLOT))
-    by_time = (int(TARGET_CHUNK_S / (2 * plan.run_seconds)) if plan.run_seconds > 0
+    by_time = (int(plan.chunk_s / (2 * plan.run_seconds)) if plan.run_seconds > 0
                else MAX_CHUNK)
     return max(MIN_CHUNK, min(by_slots, by_time, MAX_CHUNK))
 
@@ -162,17 +167,38 @@ def chunk_ranges(plan: FullPlan, slots: int) -> list[tuple[str, int, int]]:
     return [(blob, lo, min(lo + size, n)) for blob, n in sizes for lo in range(0, n, size)]
 
 
+def _within(seconds: float, cancelled: Cancelled | None) -> tuple[Cancelled, list[bool]]:
+    """A ``cancelled`` hook that also turns true ``seconds`` from now; the list records
+    whether the time ran out (the hook was called then)."""
+    deadline = time.monotonic() + seconds
+    expired = [False]
+
+    def stop() -> bool:
+        if cancelled is not None and cancelled():
+            return True
+        expired[0] = time.monotonic() > deadline
+        return expired[0]
+
+    return stop, expired
+
+
 def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
             cancelled: Cancelled | None = None,
-            min_elements: int = FANOUT_MIN_ELEMENTS) -> tuple[VerifyReport, list[Diagnostic]]:
+            min_elements: int = FANOUT_MIN_ELEMENTS,
+            total_s: float | None = None) -> tuple[VerifyReport, list[Diagnostic]]:
     """The numeric part of a verification on ``executor`` (a backend or a WorkerPool).
 
     Full checks of at least ``min_elements`` elements on a backend of more than one slot fan
     out (see the module docstring); anything else is one :func:`run_check` job.
-    ``progress(done, total)`` counts jobs; ``cancelled()`` stops between jobs.
+    ``progress(done, total)`` counts jobs; ``cancelled()`` stops between jobs. Each job has
+    the backend's per-job limits; ``total_s`` (seconds, wall clock) bounds a fanned-out
+    check as a whole, as the per-job limit bounds a single-job check (the synchronous
+    routes pass it; asynchronous jobs do not).
 
     Raises:
         JobCancelledError: ``cancelled()`` became true.
+        LimitExceededError: the fanned-out check ran past ``total_s`` (code
+            ``wall_clock_exceeded``); the remaining chunks are cancelled.
         NetgradError: as :func:`core.verify.checker.run_check`.
     """
     backend = as_backend(executor)
@@ -181,6 +207,24 @@ def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
         report, diags = backend.map(run_check, [(job,)], on_done=progress,
                                     cancelled=cancelled)[0]
         return report, diags
+    if total_s is None:
+        return _fanned_out(job, backend, progress, cancelled)
+    stop, expired = _within(total_s, cancelled)
+    try:
+        return _fanned_out(job, backend, progress, stop)
+    except JobCancelledError:
+        if not expired[0]:
+            raise
+        message = (f"the full-mode check ran past the wall-clock limit of {total_s:g} s in "
+                   "all and was stopped; submit it as an asynchronous job (POST /v1/jobs), "
+                   "where the limit applies to each chunk, or check fewer elements")
+        raise LimitExceededError(message, [Diagnostic("error", "wall_clock_exceeded",
+                                                      message)]) from None
+
+
+def _fanned_out(job: _Job, backend: Backend, progress: Progress | None,
+                cancelled: Cancelled | None) -> tuple[VerifyReport, list[Diagnostic]]:
+    opts = job.options
     plan: FullPlan = backend.submit(prepare_full, job)
     ranges = chunk_ranges(plan, backend.size)
     total = len(ranges) + 1

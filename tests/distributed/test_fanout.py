@@ -131,14 +131,17 @@ def test_http_answer_with_fan_out_is_byte_identical_to_one_worker() -> None:
 
 def test_chunks_are_sized_by_the_measured_run_time() -> None:
     plan = fanout.prepare_full(_job(batch=40))
-    assert plan.run_seconds > 0
+    assert plan.run_seconds > 0 and plan.chunk_s == fanout.TARGET_CHUNK_S  # 30 s job limit
     total = sum(math.prod(b.shape) for b in plan.blobs if b.failed is None)
-    slow = dataclasses.replace(plan, run_seconds=fanout.TARGET_CHUNK_S / 20)  # 10 elements/s
+    slow = dataclasses.replace(plan, run_seconds=plan.chunk_s / 20)  # 10 elements per chunk
     assert fanout.chunk_size(slow, 2) == fanout.MIN_CHUNK
     fast = dataclasses.replace(plan, run_seconds=1e-7)
     assert fanout.chunk_size(fast, 2) == fast_size(total)
-    mid = dataclasses.replace(plan, run_seconds=fanout.TARGET_CHUNK_S / 100)  # 50 per chunk
+    mid = dataclasses.replace(plan, run_seconds=plan.chunk_s / 100)  # 50 per chunk
     assert fanout.chunk_size(mid, 1) == min(50, -(-total // fanout.CHUNKS_PER_SLOT))
+    short = fanout.prepare_full(dataclasses.replace(_job(batch=40),
+                                                    limits=RunLimits(wall_clock_s=1.0)))
+    assert short.chunk_s == 0.25  # a chunk stays well inside a short per-job limit
     unknown = dataclasses.replace(plan, run_seconds=0.0)
     assert fanout.chunk_size(unknown, 2) == fast_size(total)
 
@@ -154,3 +157,22 @@ def test_any_chunk_size_gives_the_same_report(pool: WorkerPool,
     for size in (fanout.MIN_CHUNK, 37, fanout.MAX_CHUNK):
         monkeypatch.setattr(fanout, "chunk_size", lambda plan, slots, s=size: s)
         assert fanout.numeric(job, pool, min_elements=0) == single
+
+
+def test_a_synchronous_fan_out_is_bounded_as_a_whole(pool: WorkerPool) -> None:
+    from core.errors import LimitExceededError
+
+    job = _job(batch=1000)  # 8 000+ elements: several chunks of about a second
+    with pytest.raises(LimitExceededError) as late:
+        fanout.numeric(job, pool, min_elements=0, total_s=0.5)
+    assert [p.code for p in late.value.problems] == ["wall_clock_exceeded"]
+    assert "POST /v1/jobs" in late.value.message
+    # the workers are free again: a small check completes and still equals the single run
+    small = _job(batch=16)
+    assert fanout.numeric(small, pool, min_elements=0, total_s=60.0) == run_check(small)
+
+
+def test_a_cancel_is_not_reported_as_the_deadline(pool: WorkerPool) -> None:
+    job = _job(batch=1000)
+    with pytest.raises(JobCancelledError):
+        fanout.numeric(job, pool, min_elements=0, total_s=60.0, cancelled=lambda: True)
