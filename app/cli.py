@@ -395,7 +395,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``netgrad`` console script; returns the exit status."""
     ns = build_parser().parse_args(argv)
-    return int(ns.func(ns))
+    from pydantic import ValidationError
+
+    try:
+        return int(ns.func(ns))
+    except ValidationError as exc:  # a NETGRAD_* setting of the environment is invalid
+        for err in exc.errors():
+            name = "NETGRAD_" + "_".join(str(p) for p in err["loc"]).upper()
+            print(f"netgrad: {name}={err.get('input')!r} is not valid: {err['msg']}",
+                  file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -166,9 +166,6 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-#: glibc ``mallopt`` parameters (malloc.h).
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
 #: Blocks from this size up are mapped on their own and unmapped when freed.
 MMAP_THRESHOLD_BYTES = 128 * 1024
 
@@ -184,20 +181,9 @@ def tune_malloc() -> bool:
     to its steady state (``tests/reliability/test_memory.py``). Process-wide; returns
     ``False`` where there is no glibc.
     """
-    import ctypes
-    import ctypes.util
+    from core.executor.allocator import configure
 
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
-    except OSError:  # pragma: no cover - no C library to load
-        return False
-    if mallopt is None:  # pragma: no cover - not glibc
-        return False
-    ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    ok = bool(mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_BYTES)) and ok
-    return ok
+    return configure(MMAP_THRESHOLD_BYTES, 2 * MMAP_THRESHOLD_BYTES)
 
 
 def raise_fd_limit() -> int:

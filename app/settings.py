@@ -13,7 +13,7 @@ from typing import Literal
 # pydantic stays for the settings only (FastAPI depends on it anyway): pydantic-settings reads
 # and validates the NETGRAD_* environment variables. It defines no part of the wire format:
 # requests and answers are defined once, in api_schemas/netgrad.proto.
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     # -- operation (issue 11) --
     http_workers: int = Field(default=1, ge=1)
     log_format: Literal["json", "text"] = "json"
-    log_level: str = "INFO"
+    log_level: Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"] = "INFO"
     api_keys_file: str | None = None
     protect_docs: bool = False
     key_max_jobs: int = Field(default=2, ge=1)
@@ -134,6 +134,12 @@ class Settings(BaseSettings):
     isolate_large_bodies: bool = True
     large_job_memory_bytes: int = Field(default=3 * 1024**3, ge=256 * 1024**2)
     large_job_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        """Level names in any case (``NETGRAD_LOG_LEVEL=debug``)."""
+        return value.upper() if isinstance(value, str) else value
 
 
 @lru_cache

@@ -123,3 +123,28 @@ def test_unreachable_server_is_a_clean_error(
     err = capsys.readouterr().err
     assert rc == 1
     assert err.startswith("netgrad: cannot reach") and "Traceback" not in err
+
+
+def test_serve_with_an_invalid_setting_says_which_and_exits_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from app import cli
+    from app.settings import get_settings
+
+    monkeypatch.setenv("NETGRAD_LOG_LEVEL", "loud")
+    monkeypatch.setenv("NETGRAD_WORKERS", "-3")
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["serve"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert "NETGRAD_LOG_LEVEL='LOUD' is not valid" in err
+    assert "NETGRAD_WORKERS='-3' is not valid" in err
+    assert "Traceback" not in err
+
+
+def test_log_level_is_read_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.settings import Settings
+
+    monkeypatch.setenv("NETGRAD_LOG_LEVEL", "debug")
+    assert Settings().log_level == "DEBUG"

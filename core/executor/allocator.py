@@ -47,17 +47,33 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+def configure(mmap_threshold_bytes: int, trim_threshold_bytes: int) -> bool:
+    """Fix glibc's mmap threshold and trim threshold for this process (bytes).
+
+    Allocations above ``mmap_threshold_bytes`` are mapped on their own and unmapped on free;
+    free memory above ``trim_threshold_bytes`` at the heap top goes back to the system.
+    Fixing the threshold also stops glibc from raising it by itself. The server uses small
+    values (memory back after a burst, :func:`app.server.tune_malloc`), execution workers
+    large ones (:func:`keep_freed_memory`).
+
+    Returns:
+        Whether glibc took both settings (False off glibc; glibc refuses an mmap threshold
+        above 32 MiB on 64-bit).
+    """
+    if _LIBC is None:
+        return False
+    ok_mmap = _LIBC.mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes) == 1
+    ok_trim = _LIBC.mallopt(_M_TRIM_THRESHOLD, trim_threshold_bytes) == 1
+    return ok_mmap and ok_trim
+
+
 def keep_freed_memory() -> bool:
     """Set the worker's allocator to keep freed memory for the rest of a job.
 
     Returns:
         Whether the settings took effect (False off glibc, or if glibc refused them).
     """
-    if _LIBC is None:
-        return False
-    ok_mmap = _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
-    ok_trim = _LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
-    return ok_mmap and ok_trim
+    return configure(MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES)
 
 
 def release_freed_memory() -> None:
@@ -66,5 +82,5 @@ def release_freed_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "keep_freed_memory",
+__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "configure", "keep_freed_memory",
            "release_freed_memory"]
