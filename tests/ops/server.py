@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from tests.api.live_server import REPO_ROOT, free_port
+from tests.api.live_server import server_process
 
 
 @dataclass
@@ -41,38 +36,8 @@ class Server:
 def serve(tmp: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = (),
           timeout: float = 60.0) -> Iterator[Server]:
     """Run ``python -m app.cli serve`` on a free loopback port; always stop it."""
-    port = free_port()
-    full_env = {**os.environ, "NETGRAD_WORKERS": "0", **(env or {})}
-    full_env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH", "")) if p
-    )
-    log_path = tmp / f"server-{port}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port",
-             str(port), *args],
-            cwd=REPO_ROOT, env=full_env, stdout=subprocess.DEVNULL, stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(url + "/livez", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not answer within {timeout}s")
-            time.sleep(0.1)
+    log_path = tmp / f"server-{os.getpid()}-{len(list(tmp.glob('server-*.log')))}.log"
+    with open(log_path, "w+b") as log, server_process(
+            log, env, args, timeout=timeout, probe="/livez",
+            drop_env=("PROMETHEUS_MULTIPROC_DIR",)) as (url, _):
         yield Server(url, log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)

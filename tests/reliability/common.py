@@ -11,22 +11,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
-
 from api_schemas import caffe2_pb2
 from core.control.lowering import add_while_op
 from core.proto import codec
 from core.registry import make_arg, make_op
-from tests.api.live_server import REPO_ROOT, free_port
+from tests.api.live_server import server_process
 
 LONG = os.environ.get("NETGRAD_RELIABILITY_LONG") == "1"
 
@@ -88,44 +84,16 @@ def children(pid: int) -> list[int]:
 
 @contextmanager
 def live(env: dict[str, str] | None = None, timeout: float = 60.0) -> Iterator[Server]:
-    """Start ``python -m app.cli serve`` on a free 127.0.0.1 port; always stop it."""
-    port = free_port()
-    full_env = {**os.environ, "NETGRAD_WORKERS": "0", **(env or {})}
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH", "")) if p
-    )
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO_ROOT, env=full_env, stdout=log, stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
-    server = Server(url, proc, log)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}: "
-                                   f"{server.log_text()[-2000:]}")
-            try:
-                r = httpx.get(url + "/healthz", timeout=1.0)
-                workers = int(full_env["NETGRAD_WORKERS"])
-                if r.status_code == 200 and len(server.worker_pids()) >= workers:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {port} did not come up in {timeout} s")
-            time.sleep(0.1)
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+    """Start ``python -m app.cli serve`` on a free 127.0.0.1 port, up once its execution
+    workers run; always stop it."""
+    workers = int({"NETGRAD_WORKERS": "0", **(env or {})}["NETGRAD_WORKERS"])
+    with tempfile.TemporaryFile() as log:
+        def workers_up(proc: subprocess.Popen[bytes]) -> bool:
+            return len(Server("", proc, log).worker_pids()) >= workers
+
+        with server_process(log, env, timeout=timeout, ready=workers_up,
+                            stdout_to_log=True) as (url, proc):
+            yield Server(url, proc, log)
 
 
 # -- bodies ------------------------------------------------------------------------------------
