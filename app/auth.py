@@ -16,8 +16,11 @@ nearly matched. Health routes stay open; ``/docs``, ``/redoc``, ``/openapi.json`
 security schemes (HTTP bearer, API-key header), so Swagger UI's "Authorize" button sets them.
 
 **Per-key limit**: a key may have ``NETGRAD_KEY_MAX_JOBS`` (or its own ``max_jobs``)
-verification/run jobs in flight at once, waiting or running; one more is answered 429
-problem+json with ``Retry-After``. :class:`KeyLimitedPool` wraps the worker pool to do it.
+verification/run jobs in flight at once: synchronous requests waiting or running, plus its
+asynchronous jobs (``/v1/jobs``) queued or running; one more is answered 429 problem+json
+with ``Retry-After``. :class:`KeyLimitedPool` wraps the worker pool to do it; an
+asynchronous job holds its slot until it ends (done, failed, cancelled, or its driver
+died), counted by the job store (:meth:`KeyLimitedPool.jobs_in_flight`).
 """
 
 from __future__ import annotations
@@ -194,6 +197,12 @@ header_scheme = APIKeyHeader(
 )
 
 
+def current_key() -> ApiKey | None:
+    """The API key the request being served was admitted with (``None`` without keys, or
+    outside a request)."""
+    return _current_key.get()
+
+
 def _missing() -> HeaderProblem:
     return HeaderProblem(
         401, "api_key_missing",
@@ -251,8 +260,9 @@ def key_responses(ring: KeyRing | None) -> dict[int | str, dict[str, Any]]:
     return {
         401: problem("No API key: send `Authorization: Bearer <key>` or `X-API-Key`"),
         403: problem("The API key is not valid"),
-        429: problem("Verification/run only: the key already has NETGRAD_KEY_MAX_JOBS jobs "
-                     "in flight; retry after `Retry-After` seconds"),
+        429: problem("Verification/run/jobs only: the key already has NETGRAD_KEY_MAX_JOBS "
+                     "jobs in flight (requests, and /v1/jobs jobs queued or running); "
+                     "retry after `Retry-After` seconds, or cancel a job"),
     }
 
 
@@ -288,18 +298,58 @@ def _problem(exc: ProblemError) -> Response:
 # -- per-key job limit ---------------------------------------------------------------------
 
 
+def too_many_jobs(name: str, requests: int, jobs: int, limit: int) -> HeaderProblem:
+    """The 429 ``too_many_jobs`` problem (with ``Retry-After``) of key ``name``, which has
+    ``requests`` synchronous requests and ``jobs`` asynchronous jobs in flight."""
+    return HeaderProblem(
+        429, "too_many_jobs",
+        f"API key {name!r} already has {requests + jobs} verification/run jobs in flight "
+        f"and its limit is {limit} ({requests} synchronous requests, {jobs} asynchronous "
+        "jobs queued or running); wait for one to finish, or cancel one of its jobs "
+        "(DELETE /v1/jobs/{id}), then retry",
+        {"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
 class KeyLimitedPool:
     """A worker pool whose :meth:`submit` admits at most N jobs per API key at once.
 
     Every other attribute is the wrapped pool's. Jobs without a key (keys not configured)
     are not limited here.
+
+    Args:
+        pool: the worker pool (or executor backend) wrapped.
+        default_max_jobs: the limit of a key without its own ``max_jobs``.
+        jobs: the job store (:mod:`core.executor.jobstore`), whose queued and running jobs
+            of a key count against it too (``None``: none).
     """
 
-    def __init__(self, pool: Any, default_max_jobs: int) -> None:
+    def __init__(self, pool: Any, default_max_jobs: int, jobs: Any = None) -> None:
         self._pool = pool
         self._default = default_max_jobs
+        self._jobs = jobs
         self._lock = threading.Lock()
         self._in_flight: dict[str, int] = {}
+
+    def limit_of(self, key: ApiKey) -> int:
+        """Jobs ``key`` may have in flight: its own ``max_jobs``, else the default."""
+        return key.max_jobs or self._default
+
+    def requests_in_flight(self, name: str) -> int:
+        """Synchronous verification/run requests of key ``name`` waiting or running."""
+        with self._lock:
+            return self._in_flight.get(name, 0)
+
+    def jobs_in_flight(self, name: str) -> int:
+        """Asynchronous jobs of key ``name`` queued or running (0 without a job store, or
+        when the store cannot be asked: logged, the request is not refused for it)."""
+        if self._jobs is None:
+            return 0
+        try:
+            return int(self._jobs.in_flight(name))
+        except Exception:  # e.g. the Ray job store unreachable: the limit is best effort
+            log.warning("could not count the jobs of API key %r", name, exc_info=True)
+            return 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
@@ -332,16 +382,12 @@ class KeyLimitedPool:
         if key is None or _slot_held.get():  # no key, or the request already holds its slot
             yield
             return
-        limit = key.max_jobs or self._default
+        limit = self.limit_of(key)
+        jobs = self.jobs_in_flight(key.name)  # outside the lock: may ask the Ray store
         with self._lock:
             n = self._in_flight.get(key.name, 0)
-            if n >= limit:
-                raise HeaderProblem(
-                    429, "too_many_jobs",
-                    f"API key {key.name!r} already has {n} verification/run jobs in flight "
-                    f"(its limit is {limit}); retry when one has finished",
-                    {"Retry-After": str(RETRY_AFTER_S)},
-                )
+            if n + jobs >= limit:
+                raise too_many_jobs(key.name, n, jobs, limit)
             self._in_flight[key.name] = n + 1
         token = _slot_held.set(True)
         try:
@@ -368,6 +414,41 @@ def request_job_slot(pool: Any) -> contextlib.AbstractContextManager[None]:
     if isinstance(pool, KeyLimitedPool):
         return pool._slot()
     return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class JobAllowance:
+    """What the request's key may still queue with ``POST /v1/jobs``.
+
+    Attributes:
+        owner: the key's name, which will own the job (``None`` without keys).
+        limit: the key's limit of jobs in flight (``None``: not limited).
+        requests: its synchronous verification/run requests in flight now.
+    """
+
+    owner: str | None = None
+    limit: int | None = None
+    requests: int = 0
+
+    @property
+    def max_owned(self) -> int | None:
+        """Most jobs of the owner queued or running, the new one included (``None``: any)."""
+        return None if self.limit is None else self.limit - self.requests
+
+    def refusal(self, jobs: int) -> HeaderProblem:
+        """The 429 when the owner has ``jobs`` asynchronous jobs queued or running."""
+        return too_many_jobs(self.owner or "", self.requests, jobs, self.limit or 0)
+
+
+def job_allowance(pool: Any) -> JobAllowance:
+    """The :class:`JobAllowance` of the request being served (no owner without keys; no
+    limit when ``pool`` does not limit keys)."""
+    key = _current_key.get()
+    if key is None:
+        return JobAllowance()
+    if not isinstance(pool, KeyLimitedPool):
+        return JobAllowance(key.name)
+    return JobAllowance(key.name, pool.limit_of(key), pool.requests_in_flight(key.name))
 
 
 def install_handlers(app: FastAPI) -> None:

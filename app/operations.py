@@ -72,7 +72,8 @@ def _wrap_lifespan(app: FastAPI, ring: auth.KeyRing | None) -> None:
             if pool is not None and hasattr(pool, "observer"):
                 pool.observer = observer
             if pool is not None and ring is not None:
-                a.state.pool = auth.KeyLimitedPool(pool, settings.key_max_jobs)
+                a.state.pool = auth.KeyLimitedPool(pool, settings.key_max_jobs,
+                                                   jobs=getattr(a.state, "jobs", None))
             a.state.pool_metrics = observer
             keeper = health.PoolKeeper(pool, observer)
             keeper.start()

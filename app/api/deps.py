@@ -141,10 +141,13 @@ async def serve(
     message: type[Message],
     *,
     blocking: bool = False,
+    enqueue: bool = False,
 ) -> Response:
     """Negotiate, read the body and run ``work(body, context)`` where it costs least.
 
-    ``message`` is the request message class (read early for hopeless bodies).
+    ``message`` is the request message class (read early for hopeless bodies). ``blocking``
+    work waits on the execution workers (a job permit first); ``enqueue`` work only queues
+    a job (``POST /v1/jobs``): it runs on a work thread at once, with no job permit.
 
     Raises:
         ProblemError: 415 (type, or a Content-Encoding) / 406; 429 / 503 from admission
@@ -158,7 +161,7 @@ async def serve(
     limits = GenLimits(max_depth=effective_max_depth(settings.max_depth),
                        max_ops=settings.max_ops)
     adm = admission(request)
-    with adm.client(request), (nullcontext() if blocking else adm.generating()):
+    with adm.client(request), (nullcontext() if blocking or enqueue else adm.generating()):
         gate = adm.body_gate(_declared_length(request), media is Media.JSON, limits.max_ops,
                              limits.max_depth)
         try:
@@ -170,12 +173,13 @@ async def serve(
                 with request_job_slot(ctx.pool):
                     async with adm.job_slot():
                         outcome = await adm.run_job(work, body, ctx)
-            elif len(data) + len(text or "") <= INLINE_BYTES:
+            elif not enqueue and len(data) + len(text or "") <= INLINE_BYTES:
                 outcome = work(body, ctx)
-            elif gate.held and settings.isolate_large_bodies:
+            elif not enqueue and gate.held and settings.isolate_large_bodies:
                 outcome = await _isolated(_isolation_pool(request), work, body, ctx)
             else:
-                # The request's context goes along (request ID, op counts: app.observability).
+                # The request's context goes along (request ID, op counts: app.observability;
+                # API key: app.auth).
                 run = contextvars.copy_context().run
                 outcome = await asyncio.wrap_future(_work_executor().submit(run, work, body, ctx))
             if isinstance(outcome, Response):

@@ -16,10 +16,17 @@ Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed`` | ``cancelled``. Ca
 cooperative: the job stops before its next executor job (a fanned-out check between chunks;
 on Ray the chunk tasks not yet finished are cancelled). A finished record expires ``ttl_s``
 seconds after it finished; a record of an unknown or expired id is ``None``.
+
+Owners: a job may be submitted for an ``owner`` (the name of an API key). ``get`` and
+``cancel`` given an owner treat another owner's job exactly as an unknown id (``None``);
+given none (no API keys) they see every job. ``submit`` with ``max_owned`` refuses
+(:class:`OwnerLimitError`) when that owner has that many jobs queued or running already; a
+job stops counting once it is final (done, failed, cancelled, or its driver died).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -34,7 +41,14 @@ from core.executor.backends import Backend, Cancelled, Progress
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINAL = frozenset({"done", "failed", "cancelled"})
 #: Name and namespace of the detached actor that keeps the jobs of a Ray cluster.
-STORE_NAME = "netgrad-jobs"
+#: Version 2 records owners; ``-v2`` keeps replicas of this version off an older store
+#: (whose methods lack owners), which stays readable: see :data:`LEGACY_STORE_NAME`.
+STORE_NAME = "netgrad-jobs-v2"
+#: The store of netgrad versions before job owners. Its jobs (which have no owner) remain
+#: visible to requests without an API key until they expire; no new job goes there.
+LEGACY_STORE_NAME = "netgrad-jobs"
+
+log = logging.getLogger("netgrad")
 
 #: ``work(kind, request, config, backend, progress, cancelled) -> (status, payload)``.
 JobWork = Callable[[str, bytes, Any, Backend, Progress, Cancelled], tuple[str, bytes]]
@@ -51,6 +65,9 @@ class JobRecord:
         done, total: executor jobs finished / in all (0 / 0 before it runs).
         payload: ``done``: the serialized answer; ``failed``: the serialized problem.
         finished: ``time.time()`` when it reached a final status (``None`` before).
+        owner: name of the API key that submitted it (``None`` without keys). Added in
+            store version 2, with a default: a record pickled by an older version reads
+            back with ``owner=None``.
     """
 
     id: str
@@ -60,6 +77,29 @@ class JobRecord:
     total: int = 0
     payload: bytes = b""
     finished: float | None = None
+    owner: str | None = None
+
+
+class OwnerLimitError(Exception):
+    """The owner (an API key) has its allowance of jobs queued or running already.
+
+    Attributes:
+        in_flight: the owner's jobs queued or running now.
+    """
+
+    def __init__(self, in_flight: int) -> None:
+        super().__init__(in_flight)  # args as the constructor's: it pickles (Ray)
+        self.in_flight = in_flight
+
+
+def visible(rec: JobRecord | None, owner: str | None) -> JobRecord | None:
+    """``rec`` if a request of ``owner`` may see it, else ``None`` (as for an unknown id).
+
+    Without an owner (API keys off) every job is visible; with one, only its own jobs.
+    """
+    if rec is None or owner is None or rec.owner == owner:
+        return rec
+    return None
 
 
 def _new_id() -> str:
@@ -74,6 +114,7 @@ class _Records:
         self.max_jobs = max_jobs
         self.jobs: dict[str, JobRecord] = {}
         self.cancelled: set[str] = set()
+        self.active: dict[str, int] = {}  # owner -> its jobs queued or running
 
     def sweep(self) -> None:
         now = time.time()
@@ -82,13 +123,20 @@ class _Records:
             del self.jobs[jid]
             self.cancelled.discard(jid)
 
-    def add(self, kind: str) -> JobRecord:
+    def add(self, kind: str, owner: str | None = None,
+            max_owned: int | None = None) -> JobRecord:
         self.sweep()
+        if owner is not None and max_owned is not None:
+            n = self.active.get(owner, 0)
+            if n >= max_owned:
+                raise OwnerLimitError(n)
         if len(self.jobs) >= self.max_jobs:
             raise BusyError(f"{self.max_jobs} jobs are kept already (NETGRAD_MAX_JOBS); "
                             "retry when some have expired")
-        rec = JobRecord(_new_id(), kind)
+        rec = JobRecord(_new_id(), kind, owner=owner)
         self.jobs[rec.id] = rec
+        if owner is not None:
+            self.active[owner] = self.active.get(owner, 0) + 1
         return rec
 
     def update(self, jid: str, **changes: Any) -> JobRecord | None:
@@ -97,16 +145,28 @@ class _Records:
             return rec
         if changes.get("status") in FINAL:
             changes["finished"] = time.time()
+            if rec.owner is not None:  # the owner's slot is free again
+                left = self.active.get(rec.owner, 0) - 1
+                if left > 0:
+                    self.active[rec.owner] = left
+                else:
+                    self.active.pop(rec.owner, None)
         rec = self.jobs[jid] = replace(rec, **changes)
         return rec
 
-    def cancel(self, jid: str) -> JobRecord | None:
+    def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
         self.sweep()
-        rec = self.jobs.get(jid)
+        return visible(self.jobs.get(jid), owner)
+
+    def cancel(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        rec = self.get(jid, owner)
         if rec is not None and rec.status not in FINAL:
             self.cancelled.add(jid)
             rec = self.update(jid, status="cancelled")
         return rec
+
+    def in_flight(self, owner: str) -> int:
+        return self.active.get(owner, 0)
 
 
 class LocalJobs:
@@ -136,14 +196,16 @@ class LocalJobs:
         """Seconds a finished job stays retrievable."""
         return self._records.ttl_s
 
-    def submit(self, kind: str, request: bytes) -> JobRecord:
-        """Queue a job; its record (status ``queued``).
+    def submit(self, kind: str, request: bytes, owner: str | None = None,
+               max_owned: int | None = None) -> JobRecord:
+        """Queue a job of ``owner``; its record (status ``queued``).
 
         Raises:
+            OwnerLimitError: ``owner`` has ``max_owned`` jobs queued or running already.
             BusyError: too many records kept.
         """
         with self._lock:
-            rec = self._records.add(kind)
+            rec = self._records.add(kind, owner, max_owned)
         self._threads.submit(self._run, rec.id, kind, request)
         return rec
 
@@ -161,21 +223,33 @@ class LocalJobs:
             with self._lock:
                 return jid in self._records.cancelled
 
-        status, payload = self.work(kind, request, self.config, self.backend, progress,
-                                    cancelled)
-        with self._lock:
-            self._records.update(jid, status=status, payload=payload)
+        # If the work itself dies (a bug: it returns its failures), the job is failed with no
+        # payload (the job was lost), not left running with its owner's slot held.
+        status, payload = "failed", b""
+        try:
+            status, payload = self.work(kind, request, self.config, self.backend, progress,
+                                        cancelled)
+        except Exception:
+            log.exception("async %s job %s died", kind, jid)
+        finally:
+            with self._lock:
+                self._records.update(jid, status=status, payload=payload)
 
-    def get(self, jid: str) -> JobRecord | None:
-        """The record of ``jid``, or ``None`` (unknown or expired)."""
+    def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        """The record of ``jid``, or ``None`` (unknown, expired, or not ``owner``'s)."""
         with self._lock:
-            self._records.sweep()
-            return self._records.jobs.get(jid)
+            return self._records.get(jid, owner)
 
-    def cancel(self, jid: str) -> JobRecord | None:
-        """Cancel ``jid`` unless it finished; its record, or ``None`` (unknown or expired)."""
+    def cancel(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        """Cancel ``jid`` unless it finished; its record, or ``None`` (unknown, expired, or
+        not ``owner``'s: then nothing is cancelled)."""
         with self._lock:
-            return self._records.cancel(jid)
+            return self._records.cancel(jid, owner)
+
+    def in_flight(self, owner: str) -> int:
+        """Jobs of ``owner`` queued or running."""
+        with self._lock:
+            return self._records.in_flight(owner)
 
     def close(self) -> None:
         """Stop taking jobs; running ones are asked to stop."""
@@ -186,19 +260,29 @@ class LocalJobs:
 
 # --- Ray ------------------------------------------------------------------------------------
 class RayStore:
-    """Body of the detached actor that keeps the jobs of a Ray cluster (see :class:`RayJobs`)."""
+    """Body of the detached actor that keeps the jobs of a Ray cluster (see :class:`RayJobs`).
 
-    def __init__(self, ttl_s: float, max_jobs: int) -> None:
+    Owners came in version 2 as optional trailing arguments: ``get(jid)`` and
+    ``cancel(jid)`` keep the first version's form, in which :class:`RayJobs` reads an older
+    store (:data:`LEGACY_STORE_NAME`).
+    """
+
+    def __init__(self, ttl_s: float, max_jobs: int, name: str = STORE_NAME) -> None:
         self.records = _Records(ttl_s, max_jobs)
         self.drivers: dict[str, list[Any]] = {}
+        self.name = name
 
-    def submit(self, kind: str, request: bytes, work: JobWork, config: Any) -> JobRecord:
+    def submit(self, kind: str, request: bytes, work: JobWork, config: Any,
+               owner: str | None = None, max_owned: int | None = None) -> JobRecord:
         import ray
 
-        rec = self.records.add(kind)
+        if owner is not None and max_owned is not None:
+            self._reap(self._running_of(owner))  # a dead driver's job no longer counts
+        rec = self.records.add(kind, owner, max_owned)
         driver = ray.remote(_ray_driver).options(num_cpus=0, max_retries=0)
         namespace = ray.get_runtime_context().namespace
-        self.drivers[rec.id] = [driver.remote(rec.id, kind, request, work, config, namespace)]
+        self.drivers[rec.id] = [driver.remote(rec.id, kind, request, work, config, namespace,
+                                              self.name)]
         return rec
 
     def start(self, jid: str) -> bool:
@@ -215,36 +299,52 @@ class RayStore:
     def is_cancelled(self, jid: str) -> bool:
         return jid in self.records.cancelled
 
-    def get(self, jid: str) -> JobRecord | None:
+    def _running_of(self, owner: str) -> list[str]:
+        return [j for j in self.drivers
+                if (r := self.records.jobs.get(j)) is not None and r.owner == owner]
+
+    def _reap(self, jids: list[str]) -> None:
+        """Fail the jobs of ``jids`` whose driver task ended without reporting: it died
+        (payload empty: the job was lost)."""
         import ray
 
-        self.records.sweep()
-        rec = self.records.jobs.get(jid)
-        ref = self.drivers.get(jid)
-        if rec is not None and ref is not None and rec.status not in FINAL:
-            ready, _ = ray.wait(ref, timeout=0)
-            if ready:  # the driver ended without reporting: it died
-                try:
-                    ray.get(ready[0])
-                except Exception as exc:
-                    self.finish(jid, "failed", repr(exc)[:500].encode())
-                rec = self.records.jobs.get(jid)
+        refs = {self.drivers[j][0]: j for j in jids
+                if j in self.drivers and (r := self.records.jobs.get(j)) is not None
+                and r.status not in FINAL}
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            try:
+                ray.get(ref)
+                reason = "it returned without reporting"
+            except Exception as exc:
+                reason = repr(exc)[:500]
+            log.warning("the driver of job %s died: %s", refs[ref], reason)
+            self.finish(refs[ref], "failed", b"")
+
+    def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        self._reap([jid])
         for j in [j for j in self.drivers if j not in self.records.jobs]:
             del self.drivers[j]
-        return rec
+        return self.records.get(jid, owner)
 
-    def cancel(self, jid: str) -> JobRecord | None:
-        return self.records.cancel(jid)
+    def cancel(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        return self.records.cancel(jid, owner)
+
+    def in_flight(self, owner: str) -> int:
+        self._reap(self._running_of(owner))
+        return self.records.in_flight(owner)
 
 
 def _ray_driver(jid: str, kind: str, request: bytes, work: JobWork, config: Any,
-                namespace: str) -> None:
+                namespace: str, store_name: str = STORE_NAME) -> None:
     """Ray task of one job: run ``work`` on a :class:`RayBackend`, report to the store."""
     import ray
 
     from core.executor.backends import RayBackend
 
-    store = ray.get_actor(STORE_NAME, namespace=namespace)
+    store = ray.get_actor(store_name, namespace=namespace)
     if not ray.get(store.start.remote(jid)):
         return
     backend = RayBackend(None, config.run_limits, task_memory_bytes=config.ray_task_memory,
@@ -266,64 +366,109 @@ def _ray_driver(jid: str, kind: str, request: bytes, work: JobWork, config: Any,
 
 
 class RayJobs:
-    """Jobs kept and run in a Ray cluster: a detached actor ``netgrad-jobs`` holds the
+    """Jobs kept and run in a Ray cluster: a detached actor (:data:`STORE_NAME`) holds the
     records and owns one driver task per job, so jobs and results outlive this process.
 
     Args:
         backend: a connected :class:`~core.executor.backends.RayBackend`.
         work, config, ttl_s, max_jobs: as for :class:`LocalJobs` (``config`` must carry
             ``run_limits``, ``ray_task_memory`` and ``queue_timeout_s``).
+        name: the actor's name (tests give their own).
+        legacy_name: the store of an older netgrad version, read for ids this store does not
+            know when the request has no owner (``None``: none).
 
     The actor is created by the first replica (``get_if_exists``); its ``ttl_s`` and
     ``max_jobs`` are the creator's.
     """
 
     def __init__(self, backend: Any, work: JobWork, config: Any, *, ttl_s: float,
-                 max_jobs: int = 1000) -> None:
+                 max_jobs: int = 1000, name: str = STORE_NAME,
+                 legacy_name: str | None = LEGACY_STORE_NAME) -> None:
         import ray
 
         self.ttl_s = ttl_s
         self.work = work
         self.config = config
+        self._namespace = backend.namespace
+        self._name = name
+        self._legacy_name = legacy_name
         self._actor = ray.remote(RayStore).options(
-            name=STORE_NAME, namespace=backend.namespace, lifetime="detached",
+            name=name, namespace=backend.namespace, lifetime="detached",
             get_if_exists=True, num_cpus=0, max_restarts=0,
         )
         self._max_jobs = max_jobs
-        self._store = self._actor.remote(ttl_s, max_jobs)
+        self._store = self._actor.remote(ttl_s, max_jobs, name)
         self._ray = ray
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, timeout: float = 30.0) -> Any:
         try:
-            return self._ray.get(getattr(self._store, method).remote(*args), timeout=30)
+            return self._ray.get(getattr(self._store, method).remote(*args), timeout=timeout)
         except self._ray.exceptions.RayActorError:
             # the store died (its jobs with it): a new one serves the jobs from now on
-            self._store = self._actor.remote(self.ttl_s, self._max_jobs)
-            return self._ray.get(getattr(self._store, method).remote(*args), timeout=30)
+            self._store = self._actor.remote(self.ttl_s, self._max_jobs, self._name)
+            return self._ray.get(getattr(self._store, method).remote(*args), timeout=timeout)
 
-    def submit(self, kind: str, request: bytes) -> JobRecord:
-        """Queue a job in the cluster; its record (``BusyError`` when too many are kept)."""
+    def _legacy(self, method: str, jid: str) -> JobRecord | None:
+        """``method(jid)`` of the legacy store, or ``None`` when there is none."""
+        if self._legacy_name is None:
+            return None
         try:
-            rec: JobRecord = self._call("submit", kind, request, self.work, self.config)
+            store = self._ray.get_actor(self._legacy_name, namespace=self._namespace)
+            rec: JobRecord | None = self._ray.get(getattr(store, method).remote(jid),
+                                                  timeout=30)
+        except (ValueError, self._ray.exceptions.RayError):  # no legacy store (any more)
+            return None
+        return rec
+
+    def submit(self, kind: str, request: bytes, owner: str | None = None,
+               max_owned: int | None = None) -> JobRecord:
+        """Queue a job of ``owner`` in the cluster; its record.
+
+        Raises:
+            OwnerLimitError: ``owner`` has ``max_owned`` jobs queued or running already.
+            BusyError: too many records kept.
+        """
+        try:
+            rec: JobRecord = self._call("submit", kind, request, self.work, self.config,
+                                        owner, max_owned)
         except self._ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BusyError):
                 raise BusyError(cause.message) from None
+            if isinstance(cause, OwnerLimitError):
+                raise OwnerLimitError(cause.in_flight) from None
             raise
         return rec
 
-    def get(self, jid: str) -> JobRecord | None:
-        """The record of ``jid``, or ``None`` (unknown or expired)."""
-        rec: JobRecord | None = self._call("get", jid)
+    def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        """The record of ``jid``, or ``None`` (unknown, expired, or not ``owner``'s)."""
+        rec: JobRecord | None = self._call("get", jid, owner)
+        if rec is None and owner is None:
+            rec = self._legacy("get", jid)
         return rec
 
-    def cancel(self, jid: str) -> JobRecord | None:
-        """Cancel ``jid`` unless it finished; its record, or ``None``."""
-        rec: JobRecord | None = self._call("cancel", jid)
+    def cancel(self, jid: str, owner: str | None = None) -> JobRecord | None:
+        """Cancel ``jid`` unless it finished; its record, or ``None`` (unknown, expired, or
+        not ``owner``'s: then nothing is cancelled)."""
+        rec: JobRecord | None = self._call("cancel", jid, owner)
+        if rec is None and owner is None:
+            rec = self._legacy("cancel", jid)
         return rec
+
+    def in_flight(self, owner: str) -> int:
+        """Jobs of ``owner`` queued or running in the cluster (a died driver's job is failed
+        first, so it does not count). Asked before every synchronous request of a key, so
+        it waits 5 s at most.
+
+        Raises:
+            ray.exceptions.GetTimeoutError: the store did not answer within 5 s.
+        """
+        n: int = self._call("in_flight", owner, timeout=5.0)
+        return n
 
     def close(self) -> None:
         """Nothing to stop: the jobs live in the cluster."""
 
 
-__all__ = ["FINAL", "STATUSES", "STORE_NAME", "JobRecord", "JobWork", "LocalJobs", "RayJobs"]
+__all__ = ["FINAL", "LEGACY_STORE_NAME", "STATUSES", "STORE_NAME", "JobRecord", "JobWork",
+           "LocalJobs", "OwnerLimitError", "RayJobs", "visible"]

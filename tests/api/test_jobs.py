@@ -25,11 +25,12 @@ def jobs_client() -> Iterator[TestClient]:
         yield c
 
 
-def wait_done(client: TestClient, location: str, timeout: float = 60.0) -> dict[str, Any]:
-    """Poll ``location`` until the job is no longer queued or running."""
+def wait_done(client: TestClient, location: str, timeout: float = 60.0,
+              headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Poll ``location`` (with ``headers``) until the job is no longer queued or running."""
     deadline = time.monotonic() + timeout
     while True:
-        r = client.get(location)
+        r = client.get(location, headers=headers)
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
         if body["status"] not in ("queued", "running") or time.monotonic() > deadline:
@@ -80,6 +81,37 @@ def test_a_bad_request_fails_the_job_with_the_synchronous_problem(
     sync_problem = {k: v for k, v in sync.json().items() if k != "instance"}
     job_problem = {k: v for k, v in body["error"].items() if k != "instance"}
     assert job_problem == sync_problem and body["error"]["status"] == 400
+
+
+def test_a_failed_jobs_problem_names_the_job_as_its_instance(
+    jobs_client: TestClient,
+) -> None:
+    req = mlp_verify_request(batch=2)
+    req["check"] = ["nope"]
+    r = jobs_client.post("/v1/jobs", json={"verify": req})
+    location = r.headers["location"]
+    body = wait_done(jobs_client, location)
+    assert body["status"] == "failed"
+    assert body["error"]["instance"] == location == f"/v1/jobs/{body['id']}"
+    pb = jobs_client.get(location, headers={"accept": PB})
+    assert netgrad_pb2.JobStatus.FromString(pb.content).error.instance == location
+    # the synchronous problem names its request instead
+    sync = jobs_client.post("/v1/verify", json=req)
+    assert sync.json()["instance"].startswith("urn:netgrad:request:")
+
+
+@pytest.mark.parametrize("payload", [b"", b"WorkerCrashedError('the worker died')"])
+def test_a_job_whose_driver_died_is_a_job_lost_problem(payload: bytes) -> None:
+    """A job failed with no problem (its thread or Ray driver died; an older store kept the
+    reason as text) is a 503 ``job_lost``, with the job as its instance."""
+    from app.api.routes.jobs import _status
+    from core.executor.jobstore import JobRecord
+
+    msg = _status(JobRecord("abc", "run", status="failed", payload=payload), 60.0)
+    assert msg.error.type == "urn:netgrad:problem:job_lost"
+    assert (msg.error.status, msg.error.title) == (503, "Service Unavailable")
+    assert "submit it again" in msg.error.detail and msg.error.errors[0].code == "job_lost"
+    assert msg.error.instance == "/v1/jobs/abc"
 
 
 def test_cancel_during_a_long_full_check(jobs_client: TestClient) -> None:

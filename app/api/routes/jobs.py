@@ -7,6 +7,12 @@ failed, its problem); ``DELETE /v1/jobs/{id}`` cancels it. Finished jobs are kep
 ``NETGRAD_JOB_TTL_S`` seconds. With ``NETGRAD_EXECUTOR=ray`` the jobs live in the Ray cluster
 (:class:`core.executor.jobstore.RayJobs`), so they outlive this replica; with the pool they
 live as long as this process.
+
+With API keys a job belongs to the key that submitted it: another key's ``GET`` / ``DELETE``
+is the same 404 as an unknown id. Its queued or running jobs count against the key's
+``NETGRAD_KEY_MAX_JOBS`` (429 ``too_many_jobs`` above, :mod:`app.auth`). Submitting only
+queues: it never waits for an execution worker (503 only when ``NETGRAD_MAX_JOBS`` jobs are
+kept). A failed job's problem has the job's URL as its ``instance``.
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from api_schemas import netgrad_pb2
+from app import auth
 from app.api import docs, wire
 from app.api.checks import YS_EMPTY
 from app.api.deps import Context, serve
-from app.api.job_work import JobConfig, job_work
+from app.api.job_work import JobConfig, job_work, problem_message
 from app.api.negotiation import Body, Media, response_media
 from app.errors import ProblemError
 from app.settings import Settings
 from core.errors import InvalidRequestError
-from core.executor.jobstore import JobRecord, LocalJobs, RayJobs
+from core.executor.jobstore import JobRecord, LocalJobs, OwnerLimitError, RayJobs
 from core.executor.limits import RunLimits
 from core.ir.env import GenLimits
 from core.proto.limits import effective_max_depth
@@ -32,7 +39,8 @@ from core.proto.limits import effective_max_depth
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 _UNAVAILABLE = docs._problem("No execution workers (NETGRAD_WORKERS=0), or too many jobs kept")
-_NOT_FOUND = docs._problem("No such job, or its result expired (NETGRAD_JOB_TTL_S)")
+_NOT_FOUND = docs._problem("No such job, its result expired (NETGRAD_JOB_TTL_S), or it is "
+                           "another API key's")
 
 
 def _submit_responses() -> dict[int | str, dict[str, Any]]:
@@ -88,19 +96,28 @@ def _status(rec: JobRecord, ttl_s: float) -> netgrad_pb2.JobStatus:
         msg.verify.ParseFromString(rec.payload)
     elif rec.status == "done":
         msg.run.ParseFromString(rec.payload)
-    elif rec.status == "failed" and rec.payload:
+    elif rec.status == "failed":
         try:
             msg.error.ParseFromString(rec.payload)
-        except Exception:  # a driver that died reports its reason as text
-            msg.error.CopyFrom(netgrad_pb2.Problem(
-                type="urn:netgrad:problem:job_lost", title="Service Unavailable", status=503,
-                detail="the job's driver died; submit it again"))
+        except Exception:  # an older store kept a dead driver's reason as text
+            msg.error.Clear()
+        if not msg.error.type:  # no problem: the job's driver (or thread) died under it
+            msg.error.CopyFrom(problem_message(
+                503, "job_lost", "the job's driver died; submit it again", []))
+        # Where the problem happened: the job (a synchronous problem names its request).
+        msg.error.instance = f"/v1/jobs/{rec.id}"
     return msg
 
 
 def _body(request: Request) -> Body:
     accept, accept_type = response_media(request.headers.get("accept"))
     return Body(b"", Media.JSON, accept, accept_type)
+
+
+def _owner() -> str | None:
+    """The API key name whose jobs the request may see (``None`` without keys: all)."""
+    key = auth.current_key()
+    return key.name if key is not None else None
 
 
 def _not_found(job_id: str) -> ProblemError:
@@ -119,7 +136,13 @@ def _not_found(job_id: str) -> ProblemError:
         "JobRequest", {"verify": {"verify": docs.VERIFY_REQUEST}}, "JobRequest"),
 )
 async def submit_job(request: Request) -> Response:
-    """Queue the job; its status (``queued``), with ``Location: /v1/jobs/{id}``."""
+    """Queue the job (of the request's API key); its status (``queued``), with
+    ``Location: /v1/jobs/{id}``. Never waits for an execution worker.
+
+    Raises:
+        HeaderProblem: 429 ``too_many_jobs`` when the key has its limit of jobs in flight.
+        BusyError: 503 when ``NETGRAD_MAX_JOBS`` jobs are kept.
+    """
     jobs = _jobs(request)
 
     def submit(body: Body, ctx: Context) -> Response:
@@ -130,13 +153,18 @@ async def submit_job(request: Request) -> Response:
         inner = getattr(req, kind)
         if kind == "verify" and not len(inner.ys):  # a 400 now, as /v1/verify gives
             raise InvalidRequestError.at(YS_EMPTY, path="verify.ys", code="ys_empty")
-        rec = jobs.submit(kind, inner.SerializeToString(deterministic=True))
+        allowance = auth.job_allowance(ctx.pool)
+        try:
+            rec = jobs.submit(kind, inner.SerializeToString(deterministic=True),
+                              allowance.owner, allowance.max_owned)
+        except OwnerLimitError as exc:
+            raise allowance.refusal(exc.in_flight) from None
         resp = wire.respond(body, _status(rec, jobs.ttl_s))
         resp.status_code = 202
         resp.headers["Location"] = f"/v1/jobs/{rec.id}"
         return resp
 
-    return await serve(request, submit, netgrad_pb2.JobRequest, blocking=True)
+    return await serve(request, submit, netgrad_pb2.JobRequest, enqueue=True)
 
 
 #: The path parameter, declared by hand: read from ``request.path_params`` so that FastAPI adds
@@ -149,11 +177,16 @@ _JOB_ID = {"parameters": [{"name": "job_id", "in": "path", "required": True,
 @router.get("/jobs/{job_id}", summary="Status, progress and result of a job",
             response_class=Response, responses=_status_responses(), openapi_extra=_JOB_ID)
 def get_job(request: Request) -> Response:
-    """The job's status; its answer when ``done``, its problem when ``failed``."""
+    """The job's status; its answer when ``done``, its problem when ``failed``.
+
+    Raises:
+        ProblemError: 404 ``job_not_found`` for an unknown or expired id, or another API
+            key's job (the same answer: nothing says the job exists).
+    """
     job_id = request.path_params["job_id"]
     jobs = _jobs(request)
     body = _body(request)
-    rec = jobs.get(job_id)
+    rec = jobs.get(job_id, _owner())
     if rec is None:
         raise _not_found(job_id)
     return wire.respond(body, _status(rec, jobs.ttl_s))
@@ -162,11 +195,16 @@ def get_job(request: Request) -> Response:
 @router.delete("/jobs/{job_id}", summary="Cancel a job",
                response_class=Response, responses=_status_responses(), openapi_extra=_JOB_ID)
 def cancel_job(request: Request) -> Response:
-    """Cancel a queued or running job (a finished one is left as it is); its status."""
+    """Cancel a queued or running job (a finished one is left as it is); its status.
+
+    Raises:
+        ProblemError: 404 ``job_not_found`` as :func:`get_job` (another key's job is left
+            alone).
+    """
     job_id = request.path_params["job_id"]
     jobs = _jobs(request)
     body = _body(request)
-    rec = jobs.cancel(job_id)
+    rec = jobs.cancel(job_id, _owner())
     if rec is None:
         raise _not_found(job_id)
     return wire.respond(body, _status(rec, jobs.ttl_s))
