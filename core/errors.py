@@ -107,6 +107,11 @@ class BusyError(NetgradError):
     code = "workers_busy"
 
 
+class QueueTimeoutError(BusyError):
+    """No execution worker (or cluster CPU) became free within the queue limit: the service
+    is busy, nothing failed. An asynchronous job waits and tries again; a request is a 503."""
+
+
 class WorkerLostError(BusyError):
     """The execution worker of a job died under it (killed, OOM-killed, crashed) or could not
     be started. A server-side fault, not the request's: retry later (HTTP 503)."""

@@ -10,6 +10,7 @@ the synchronous route would have answered.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from api_schemas import netgrad_pb2
@@ -17,7 +18,7 @@ from app.api import wire
 from app.api.running import run_in_pool
 from app.api.verification import run_verification
 from app.errors import ProblemError, status_for
-from core.errors import NetgradError
+from core.errors import NetgradError, QueueTimeoutError
 from core.executor.backends import Backend, Cancelled, JobCancelledError, Progress
 from core.executor.limits import RunLimits
 from core.ir.env import GenLimits
@@ -88,6 +89,44 @@ def problem_message(status: int, code: str, detail: str,
                                detail=detail, errors=items)
 
 
+#: Longest an asynchronous job keeps waiting for free workers, in all (seconds).
+BUSY_WAIT_S = 600.0
+#: Pause between two tries of a job that found every worker busy (seconds).
+BUSY_RETRY_S = 1.0
+
+
+def _answer_when_workers_free(kind: str, request: bytes, config: JobConfig, backend: Backend,
+                              progress: Progress, cancelled: Cancelled) -> object:
+    """The job's answer; a try that found every worker busy (synchronous requests hold them)
+    is made again after :data:`BUSY_RETRY_S`, for up to :data:`BUSY_WAIT_S` in all: a queued
+    job waits for workers instead of failing with the 503 a request would get.
+
+    Raises:
+        JobCancelledError: cancelled (also while waiting).
+        QueueTimeoutError: still busy after :data:`BUSY_WAIT_S`.
+        NetgradError, ProblemError: the job's own error.
+    """
+    give_up = time.monotonic() + BUSY_WAIT_S
+    while True:
+        try:
+            if kind == "verify":
+                vreq = netgrad_pb2.VerifyRequest.FromString(request)
+                return verify_answer(vreq, backend, progress, cancelled)
+            rreq = netgrad_pb2.RunRequest.FromString(request)
+            progress(0, 1)
+            answer = run_answer(rreq, backend, config)
+            progress(1, 1)
+            return answer
+        except QueueTimeoutError:
+            if time.monotonic() + BUSY_RETRY_S > give_up:
+                raise
+        until = time.monotonic() + BUSY_RETRY_S
+        while time.monotonic() < until:
+            if cancelled():
+                raise JobCancelledError("the job was cancelled")
+            time.sleep(0.1)
+
+
 def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
              progress: Progress, cancelled: Cancelled) -> tuple[str, bytes]:
     """Run one job; ``("done", answer)``, ``("failed", problem)`` or ``("cancelled", b"")``.
@@ -97,14 +136,7 @@ def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
     result.
     """
     try:
-        if kind == "verify":
-            vreq = netgrad_pb2.VerifyRequest.FromString(request)
-            answer: object = verify_answer(vreq, backend, progress, cancelled)
-        else:
-            rreq = netgrad_pb2.RunRequest.FromString(request)
-            progress(0, 1)
-            answer = run_answer(rreq, backend, config)
-            progress(1, 1)
+        answer = _answer_when_workers_free(kind, request, config, backend, progress, cancelled)
     except JobCancelledError:
         return "cancelled", b""
     except NetgradError as exc:

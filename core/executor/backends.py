@@ -29,7 +29,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from core.errors import BusyError, ExecutionError, NetgradError, WorkerLostError
+from core.errors import (
+    BusyError,
+    ExecutionError,
+    NetgradError,
+    QueueTimeoutError,
+    WorkerLostError,
+)
 from core.executor.limits import RunLimits, default_limits
 from core.executor.pool import WorkerPool, _rebuild_error
 
@@ -330,8 +336,8 @@ class RayBackend:
                 if cancelled is not None and cancelled():
                     raise JobCancelledError("the job was cancelled")
                 if time.monotonic() > deadline:
-                    raise BusyError(f"the Ray cluster did not finish {total} job(s) in time; "
-                                    "retry later")
+                    raise QueueTimeoutError(
+                        f"the Ray cluster did not finish {total} job(s) in time; retry later")
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.5)
                 for ref in ready:
                     k = index.pop(ref)

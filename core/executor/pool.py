@@ -35,10 +35,10 @@ from types import TracebackType
 from typing import Any
 
 from core.errors import (
-    BusyError,
     ExecutionError,
     LimitExceededError,
     NetgradError,
+    QueueTimeoutError,
     WorkerLostError,
 )
 from core.executor.limits import RunLimits
@@ -208,8 +208,8 @@ class WorkerPool:
         size: number of worker processes (>= 1).
         limits: per-job limits (default :class:`RunLimits` defaults).
         start_method: ``"spawn"`` (default) or ``"forkserver"``.
-        queue_timeout_s: longest wait for an idle worker before :class:`BusyError`
-            (``None``: wait as long as it takes).
+        queue_timeout_s: longest wait for an idle worker before
+            :class:`~core.errors.QueueTimeoutError` (``None``: wait as long as it takes).
         observer: told about jobs, waits and replaced workers (metrics); default: nobody.
         recycle_after: replace a worker after it ran this many jobs (``None``: never), so
             whatever memory its jobs left behind goes back to the OS with the process.
@@ -349,7 +349,7 @@ class WorkerPool:
                 the pool is closed (a server fault: retry later).
             ExecutionError: the job raised a non-netgrad exception.
             NetgradError: any netgrad error the job raised, same type and problems.
-            BusyError: no worker became idle within ``queue_timeout_s``.
+            QueueTimeoutError: no worker became idle within ``queue_timeout_s``.
         """
         waited_since = time.monotonic()
         self._count(waiting=1)
@@ -363,7 +363,7 @@ class WorkerPool:
                 except queue.Empty:
                     waited = time.monotonic() - waited_since
                     if self.queue_timeout_s is not None and waited >= self.queue_timeout_s:
-                        raise BusyError(
+                        raise QueueTimeoutError(
                             f"all {self.size} execution workers stayed busy for "
                             f"{waited:.1f} s; retry later"
                         ) from None
