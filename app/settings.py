@@ -139,7 +139,10 @@ class Settings(BaseSettings):
     @classmethod
     def _upper_level(cls, value: object) -> object:
         """Level names in any case (``NETGRAD_LOG_LEVEL=debug``)."""
-        return value.upper() if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        upper = value.upper()
+        return {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(upper, upper)
 
 
 @lru_cache

@@ -13,7 +13,7 @@ from typing import Any
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api.wire import Ys, report_pb
 from app.errors import ProblemError
-from core.executor.backends import Cancelled, Progress, as_backend
+from core.executor.backends import Cancelled, Progress
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, fanout, verify_net
 from core.verify.init_net import prepare_inputs
@@ -61,9 +61,7 @@ def run_verification(
         densify: generate with ``densify`` (sparse and dense gradients of a blob summed).
         init_net: run first; the blobs it writes are fed (explicit inputs win).
         progress, cancelled: for async jobs (see :func:`core.verify.fanout.numeric`); a
-            full-mode check fans out over the executor's workers either way. Without
-            ``progress`` (the synchronous routes) the whole check must end within the job
-            wall-clock limit.
+            full-mode check fans out over the executor's workers either way.
 
     Raises:
         ProblemError: 503 when no worker pool runs.
@@ -78,15 +76,10 @@ def run_verification(
             "NETGRAD_WORKERS >= 1",
         )
     options.inputs = prepare_inputs(net, options.inputs, init_net, pool)
-    # A synchronous check is bounded as a whole by the job wall-clock limit, fanned out or
-    # not; an asynchronous job (progress given) bounds each chunk instead.
-    limits = getattr(as_backend(pool), "limits", None)
-    total_s = None if progress is not None or limits is None else limits.wall_clock_s
     res = verify_net(
         net, ys, options, skip=skip, grad_ops=grad_ops, pool=pool, recompute=recompute,
         densify=densify,
-        runner=lambda job: fanout.numeric(job, pool, progress=progress, cancelled=cancelled,
-                                          total_s=total_s),
+        runner=lambda job: fanout.numeric(job, pool, progress=progress, cancelled=cancelled),
     )
     own = [d for d in res.diagnostics if d not in known]
     verdict = _verdict(res.report)

@@ -161,19 +161,3 @@ def test_openapi_jobs_example_runs(jobs_client: TestClient) -> None:
         assert r.status_code == 202, r.text
         body = wait_done(jobs_client, r.headers["location"])
         assert body["status"] == "done" and body["verify"]["report"]["passed"] is True
-
-
-def test_synchronous_full_check_is_bounded_as_a_whole_the_job_by_chunk() -> None:
-    """NETGRAD_JOB_TIMEOUT_S bounds a synchronous check in all (422, pointing at /v1/jobs);
-    the same check as an asynchronous job is bounded per chunk and completes."""
-    req = mlp_verify_request(batch=1500)  # 6 000+ elements: seconds of runs on 2 workers
-    settings = Settings(workers=2, job_timeout_s=1.0, executor="pool")  # chunks of ~0.25 s
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        r = c.post("/v1/verify", json=req)
-        assert r.status_code == 422, r.text
-        body = r.json()
-        assert [e["code"] for e in body["errors"]] == ["wall_clock_exceeded"]
-        assert "POST /v1/jobs" in body["detail"]
-        job = c.post("/v1/jobs", json={"verify": req})
-        done = wait_done(c, job.headers["location"], timeout=120)
-    assert done["status"] == "done" and done["progress"]["total"] > 2
