@@ -232,6 +232,11 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
     check = list(opts.check) if opts.check is not None else [
         k for k, v in feeds.items() if v.dtype.kind == "f"
     ]
+    if len(set(check)) != len(check):
+        twice = sorted({b for b in check if check.count(b) > 1})
+        raise InvalidRequestError.at(
+            f"check names {', '.join(repr(b) for b in twice)} more than once; give each "
+            "input blob once", path="verify.check")
     for blob in check:
         if blob not in feeds:
             raise InvalidRequestError(f"check names '{blob}', which is not a fed input")

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import LimitExceededError
-from core.executor.backends import Backend, Cancelled, JobCancelledError, Progress, as_backend
+from core.executor.backends import Cancelled, Progress, as_backend
 from core.executor.executor import ExecContext
 from core.executor.limits import default_limits, element_cap
 from core.types import Diagnostic
@@ -167,38 +166,18 @@ def chunk_ranges(plan: FullPlan, slots: int) -> list[tuple[str, int, int]]:
     return [(blob, lo, min(lo + size, n)) for blob, n in sizes for lo in range(0, n, size)]
 
 
-def _within(seconds: float, cancelled: Cancelled | None) -> tuple[Cancelled, list[bool]]:
-    """A ``cancelled`` hook that also turns true ``seconds`` from now; the list records
-    whether the time ran out (the hook was called then)."""
-    deadline = time.monotonic() + seconds
-    expired = [False]
-
-    def stop() -> bool:
-        if cancelled is not None and cancelled():
-            return True
-        expired[0] = time.monotonic() > deadline
-        return expired[0]
-
-    return stop, expired
-
-
 def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
             cancelled: Cancelled | None = None,
-            min_elements: int = FANOUT_MIN_ELEMENTS,
-            total_s: float | None = None) -> tuple[VerifyReport, list[Diagnostic]]:
+            min_elements: int = FANOUT_MIN_ELEMENTS) -> tuple[VerifyReport, list[Diagnostic]]:
     """The numeric part of a verification on ``executor`` (a backend or a WorkerPool).
 
     Full checks of at least ``min_elements`` elements on a backend of more than one slot fan
     out (see the module docstring); anything else is one :func:`run_check` job.
-    ``progress(done, total)`` counts jobs; ``cancelled()`` stops between jobs. Each job has
-    the backend's per-job limits; ``total_s`` (seconds, wall clock) bounds a fanned-out
-    check as a whole, as the per-job limit bounds a single-job check (the synchronous
-    routes pass it; asynchronous jobs do not).
+    ``progress(done, total)`` counts jobs; ``cancelled()`` stops between jobs. Each job
+    (prepare or chunk) has the backend's per-job limits.
 
     Raises:
         JobCancelledError: ``cancelled()`` became true.
-        LimitExceededError: the fanned-out check ran past ``total_s`` (code
-            ``wall_clock_exceeded``); the remaining chunks are cancelled.
         NetgradError: as :func:`core.verify.checker.run_check`.
     """
     backend = as_backend(executor)
@@ -207,24 +186,6 @@ def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
         report, diags = backend.map(run_check, [(job,)], on_done=progress,
                                     cancelled=cancelled)[0]
         return report, diags
-    if total_s is None:
-        return _fanned_out(job, backend, progress, cancelled)
-    stop, expired = _within(total_s, cancelled)
-    try:
-        return _fanned_out(job, backend, progress, stop)
-    except JobCancelledError:
-        if not expired[0]:
-            raise
-        message = (f"the full-mode check ran past the wall-clock limit of {total_s:g} s in "
-                   "all and was stopped; submit it as an asynchronous job (POST /v1/jobs), "
-                   "where the limit applies to each chunk, or check fewer elements")
-        raise LimitExceededError(message, [Diagnostic("error", "wall_clock_exceeded",
-                                                      message)]) from None
-
-
-def _fanned_out(job: _Job, backend: Backend, progress: Progress | None,
-                cancelled: Cancelled | None) -> tuple[VerifyReport, list[Diagnostic]]:
-    opts = job.options
     plan: FullPlan = backend.submit(prepare_full, job)
     ranges = chunk_ranges(plan, backend.size)
     total = len(ranges) + 1

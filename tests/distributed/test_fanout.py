@@ -159,20 +159,10 @@ def test_any_chunk_size_gives_the_same_report(pool: WorkerPool,
         assert fanout.numeric(job, pool, min_elements=0) == single
 
 
-def test_a_synchronous_fan_out_is_bounded_as_a_whole(pool: WorkerPool) -> None:
-    from core.errors import LimitExceededError
-
-    job = _job(batch=1000)  # 8 000+ elements: several chunks of about a second
-    with pytest.raises(LimitExceededError) as late:
-        fanout.numeric(job, pool, min_elements=0, total_s=0.5)
-    assert [p.code for p in late.value.problems] == ["wall_clock_exceeded"]
-    assert "POST /v1/jobs" in late.value.message
-    # the workers are free again: a small check completes and still equals the single run
-    small = _job(batch=16)
-    assert fanout.numeric(small, pool, min_elements=0, total_s=60.0) == run_check(small)
-
-
-def test_a_cancel_is_not_reported_as_the_deadline(pool: WorkerPool) -> None:
-    job = _job(batch=1000)
-    with pytest.raises(JobCancelledError):
-        fanout.numeric(job, pool, min_elements=0, total_s=60.0, cancelled=lambda: True)
+def test_a_blob_checked_twice_is_a_400_fanned_out_or_not(pool: WorkerPool) -> None:
+    job = _job(batch=40, check=["data", "data"])  # fanned out, this was a 500 (reshape)
+    for run in (lambda: run_check(job), lambda: fanout.numeric(job, pool, min_elements=0)):
+        with pytest.raises(InvalidRequestError) as twice:
+            run()
+        assert "'data' more than once" in twice.value.message
+        assert [p.path for p in twice.value.problems] == ["verify.check"]
