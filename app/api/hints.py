@@ -27,6 +27,7 @@ ROUTE_MESSAGES: dict[str, Any] = {
     "/v1/gradients/net": netgrad_pb2.NetGradientRequest.DESCRIPTOR,
     "/v1/verify": netgrad_pb2.VerifyRequest.DESCRIPTOR,
     "/v1/run": netgrad_pb2.RunRequest.DESCRIPTOR,
+    "/v1/jobs": netgrad_pb2.JobRequest.DESCRIPTOR,
 }
 
 #: Routes whose request has a net, `ys` and `skip`.
@@ -44,6 +45,11 @@ BARE_OP = (
     "the body looks like a bare caffe2.OperatorDef; send the request message OpGradientRequest "
     "that wraps it: {\"op\": <your OperatorDef>, \"g_output\": [\"<output>_grad\", ...]} "
     "(one gradient entry, or null, per output of the op)"
+)
+JOB_HINT = (
+    "a /v1/jobs body wraps a /v1/verify or a /v1/run request: {\"verify\": {\"net\": ..., "
+    "\"ys\": [...], \"inputs\": [...]}} or {\"run\": {\"net\": ..., \"fetch\": [...]}} "
+    "(in binary: a netgrad.v1.JobRequest)"
 )
 YS_HINT = (
     "name the outputs to differentiate in `ys`, e.g. \"ys\": [\"prob\"] (all-ones seeds) or "
@@ -85,6 +91,12 @@ def _known_fields(route: str) -> tuple[str, ...]:
     names: set[str] = set()
     _field_names(desc, names, set())
     return tuple(sorted(names))
+
+
+@cache
+def _job_inner_fields() -> frozenset[str]:
+    """Every field name a /v1/verify or /v1/run request has, at any depth."""
+    return frozenset(_known_fields("/v1/verify")) | frozenset(_known_fields("/v1/run"))
 
 
 @cache
@@ -146,6 +158,8 @@ def bare_net_hint(route: str) -> str:
     desc = ROUTE_MESSAGES.get(route)
     if desc is None or desc.name == "OpGradientRequest":
         return BARE_OP
+    if desc.name == "JobRequest":
+        return JOB_HINT
     extra = ', "inputs": [...]' if desc.name in ("VerifyRequest", "RunRequest") else ""
     if desc.name == "RunRequest":
         return BARE_NET.format(kind=desc.name, extra=extra).replace(
@@ -161,6 +175,8 @@ def bare_text_hint(message_name: str) -> str:
         text = 'op { <your OperatorDef> } g_output { dense: "<output>_grad" }'
     elif message_name == "RunRequest":
         text = 'net { <your NetDef> } fetch: "<blob>"'
+    elif message_name == "JobRequest":
+        text = 'verify { net { <your NetDef> } ys { blob: "<output blob>" } }'
     else:
         text = 'net { <your NetDef> } ys { blob: "<output blob>" }'
     return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text}"
@@ -186,6 +202,8 @@ def _append(p: Diagnostic, hint: str) -> Diagnostic:
 def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
     path = p.path or ""
     if p.code == "unknown_field" and path and "." not in path and "[" not in path:
+        if route == "/v1/jobs" and unknown <= _job_inner_fields():  # a bare verify/run body
+            return JOB_HINT
         bare_net = route in ROUTE_MESSAGES and route != "/v1/gradients/op"
         if bare_net and "op" in unknown and unknown <= _NET_FIELDS:
             return bare_net_hint(route)

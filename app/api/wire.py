@@ -94,7 +94,8 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
         return
     route = {netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
              netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
-             netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run"}
+             netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run",
+             netgrad_pb2.JobRequest: "/v1/jobs"}
     hint = bare_net_hint(route.get(cls, ""))
     code = "bare_operatordef" if is_op else "bare_netdef"
     raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc

@@ -236,7 +236,7 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
         twice = sorted({b for b in check if check.count(b) > 1})
         raise InvalidRequestError.at(
             f"check names {', '.join(repr(b) for b in twice)} more than once; give each "
-            "input blob once", path="verify.check")
+            "input blob once", path="check")
     for blob in check:
         if blob not in feeds:
             raise InvalidRequestError(f"check names '{blob}', which is not a fed input")

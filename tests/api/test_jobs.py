@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api_schemas import netgrad_pb2
+from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api import docs
 from app.main import create_app
 from app.settings import Settings
@@ -161,3 +161,15 @@ def test_openapi_jobs_example_runs(jobs_client: TestClient) -> None:
         assert r.status_code == 202, r.text
         body = wait_done(jobs_client, r.headers["location"])
         assert body["status"] == "done" and body["verify"]["report"]["passed"] is True
+
+
+def test_a_bare_verify_body_is_told_to_wrap_it(jobs_client: TestClient) -> None:
+    r = jobs_client.post("/v1/jobs", json=mlp_verify_request(batch=2))
+    assert r.status_code == 400
+    assert 'a /v1/jobs body wraps a /v1/verify or a /v1/run request' in r.json()["detail"]
+    net = mlp_verify_request(batch=2)["net"]
+    binary = jobs_client.post("/v1/jobs", content=codec.from_json_obj(
+        net, caffe2_pb2.NetDef).SerializeToString(),
+        headers={"Content-Type": "application/protobuf"})
+    assert binary.status_code == 400 and "netgrad.v1.JobRequest" in binary.json()["detail"]
+    assert "OpGradientRequest" not in binary.json()["detail"]

@@ -85,3 +85,14 @@ def test_async_submit_and_wait(server_url: str) -> None:
 
     out = asyncio.run(main())
     assert isinstance(out, netgrad_pb2.RunResponse) and list(out.outputs[0].tensor.shape) == [2, 3]
+
+
+def test_submit_takes_a_job_dict_and_refuses_other_shapes(server_url: str) -> None:
+    long = mlp_verify_request(batch=2)
+    with Client(server_url, encoding="json") as c:
+        job = c.submit({"verify": long})
+        assert job.kind == "verify" and c.wait(job, timeout=60, poll_interval=0.05).report
+    with pytest.raises(TypeError):
+        job_request({"net": long["net"]})
+    with pytest.raises(TypeError):
+        job_request([long])  # type: ignore[arg-type]

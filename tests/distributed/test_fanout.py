@@ -165,4 +165,4 @@ def test_a_blob_checked_twice_is_a_400_fanned_out_or_not(pool: WorkerPool) -> No
         with pytest.raises(InvalidRequestError) as twice:
             run()
         assert "'data' more than once" in twice.value.message
-        assert [p.path for p in twice.value.problems] == ["verify.check"]
+        assert [p.path for p in twice.value.problems] == ["check"]

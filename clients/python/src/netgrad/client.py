@@ -208,13 +208,20 @@ def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLik
 
 
 def job_request(req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
-                ) -> netgrad_pb2.JobRequest:
+                | Mapping[str, Any]) -> netgrad_pb2.JobRequest:
     """A ``POST /v1/jobs`` body holding ``req`` (from :func:`verify_request` or
-    :func:`run_request`, or any class of those messages).
+    :func:`run_request`, or any class of those messages), or a whole job request in the
+    JSON form (``{"verify": {...}}`` or ``{"run": {...}}``).
 
     Raises:
         TypeError: ``req`` is neither a verify nor a run request.
     """
+    if isinstance(req, Mapping):
+        if len(req) != 1 or next(iter(req)) not in ("verify", "run"):
+            raise TypeError('a job dict is {"verify": {...}} or {"run": {...}}')
+        return as_message(req, netgrad_pb2.JobRequest)
+    if not isinstance(req, Message):
+        raise TypeError(f"a job is a VerifyRequest or a RunRequest, not {type(req).__name__}")
     name = req.DESCRIPTOR.full_name
     if name == netgrad_pb2.VerifyRequest.DESCRIPTOR.full_name:
         return netgrad_pb2.JobRequest(verify=as_message(req, netgrad_pb2.VerifyRequest))
@@ -374,7 +381,7 @@ class Client(_Base):
         return self._answer(r, cls)
 
     def submit(self, req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
-               ) -> netgrad_pb2.JobStatus:
+               | Mapping[str, Any]) -> netgrad_pb2.JobStatus:
         """``POST /v1/jobs`` (``submitJob``): queue a verification or a run; its status
         (``queued``, with ``id``). Build ``req`` with :func:`verify_request` or
         :func:`run_request`; then :meth:`wait`."""
@@ -508,7 +515,7 @@ class AsyncClient(_Base):
         return self._answer(r, cls)
 
     async def submit(self, req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Message
-                     ) -> netgrad_pb2.JobStatus:
+                     | Mapping[str, Any]) -> netgrad_pb2.JobStatus:
         """``POST /v1/jobs``."""
         return await self._post("/v1/jobs", job_request(req), netgrad_pb2.JobStatus)
 
