@@ -3,10 +3,13 @@
 The mapping is ``google.protobuf.json_format`` (``MessageToDict`` / ``ParseDict``) with proto
 field names on output (lowerCamelCase accepted on input) and one deviation,
 :data:`api_schemas.TEXT_BYTES_FIELDS`: those ``bytes`` fields are UTF-8 text instead of
-base64, because they hold blob names. It is implemented here, once: the text fields are
-turned into base64 before parsing and back after printing. There is deliberately no
-hand-written parser or printer beside protobuf's own (house standard: a well-kept library
-beats our own code, even a slower one).
+base64, because they hold blob names. It is implemented here, once, for the reference
+path: the text fields are turned into base64 before parsing and back after printing.
+
+:mod:`core.proto.jsonfast` answers first where it is certain to give json_format's own
+result (the common case, at C speed: upb builds the message from the decoded JSON);
+anything else - other kinds of field, any error - goes to json_format, which stays the
+definition of the mapping and words every error.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from google.protobuf import json_format, message
 
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
+from core.proto import jsonfast
 
 M = TypeVar("M", bound=message.Message)
 
@@ -39,12 +43,17 @@ def _text(b: bytes, where: str) -> str:
 def to_json(msg: message.Message, memo: Any = None) -> dict[str, Any]:
     """JSON-ready dict of ``msg`` with proto field names; text fields as UTF-8 text.
 
-    ``memo`` is accepted for callers that share one per answer; it is not needed.
+    ``memo``: a dict kept for one answer (equal arguments are printed once and share their
+    dict: serialize the result, do not modify it), or ``None``. Printed by
+    :func:`core.proto.jsonfast.to_json`, or by json_format where that gives up.
 
     Raises:
         DecodeError: a text field holds bytes that are not valid UTF-8.
     """
-    return reference_to_json(msg)
+    try:
+        return jsonfast.to_json(msg, memo)
+    except jsonfast.Fallback:
+        return reference_to_json(msg)
 
 
 def from_json(
@@ -68,6 +77,10 @@ def from_json(
     """
     if check_nested is not None and _may_nest(cls.DESCRIPTOR):
         check_nested(obj)
+    try:
+        return jsonfast.from_json(obj, cls)  # type: ignore[return-value]
+    except jsonfast.Fallback:
+        pass
     try:
         return reference_from_json(obj, cls)
     except RecursionError as exc:
@@ -103,6 +116,11 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         )
     except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+    except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
+        raise DecodeError(
+            f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
+            "where a JSON object is expected"
+        ) from exc
 
 
 def _b64_to_text(value: str, where: str) -> str:
