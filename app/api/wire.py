@@ -156,6 +156,10 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             "JSON body is nested too deeply to parse", code="nesting_too_deep"
         ) from exc
 
+    # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
+    # neither key (nor a \u escape, which could spell one) has none to depth-check.
+    may_nest = '"n"' in text or '"nets"' in text or "\\u" in text
+
     def caffe2(value: Any, msg_cls: type[message.Message], path: str) -> message.Message:
         is_op = msg_cls is caffe2_pb2.OperatorDef
 
@@ -163,7 +167,8 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             limits.check_json_depth(obj, max_depth, is_op=is_op)
 
         try:
-            return codec.from_json_obj(value, msg_cls, owned=True, check_nested=check)
+            return codec.from_json_obj(value, msg_cls, owned=True,
+                                       check_nested=check if may_nest else None)
         except DecodeError as exc:
             raise DecodeError.at(f"{path}: {exc.message}", path=path,
                                  code="invalid_message") from exc

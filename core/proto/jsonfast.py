@@ -99,15 +99,15 @@ def _kind(desc: Any, f: Any) -> int:
 
 
 @cache
-def _reader(desc: Any) -> dict[str, tuple[str, int, Any, float]]:
-    """JSON key -> (proto field name, kind, message type, float bound), as json_format
-    looks keys up: the JSON name first, then the proto name."""
-    plan: dict[str, tuple[str, int, Any, float]] = {}
+def _reader(desc: Any) -> dict[str, tuple[str, int, Any, float, bool]]:
+    """JSON key -> (proto field name, kind, message type, float bound, key is not the proto
+    name), as json_format looks keys up: the JSON name first, then the proto name."""
+    plan: dict[str, tuple[str, int, Any, float, bool]] = {}
     for by_json in (False, True):
         for f in desc.fields:
             bound = _FLOAT_MAX if f.cpp_type == _FD.CPPTYPE_FLOAT else _DOUBLE_MAX
-            plan[f.json_name if by_json else f.name] = (f.name, _kind(desc, f), f.message_type,
-                                                       bound)
+            key = f.json_name if by_json else f.name
+            plan[key] = (f.name, _kind(desc, f), f.message_type, bound, key != f.name)
     return plan
 
 
@@ -143,15 +143,19 @@ def _keywords(obj: Any, desc: Any, depth: int) -> dict[str, Any]:
         entry = plan.get(key)
         if entry is None:
             raise Fallback  # unknown (or an extension): json_format words the error
-        name, kind, sub, bound = entry
+        name, kind, sub, bound, renamed = entry
         new = value
-        if value is None:
-            pass  # null = unset, for upb as for json_format
-        elif kind == _PLAIN:
-            pass
+        if value is None or kind == _PLAIN:
+            pass  # null = unset, for upb as for json_format; upb checks strings
         elif kind == _LIST:
             if type(value) is not list:
                 raise Fallback
+        elif kind == _MSGS:
+            if type(value) is not list:
+                raise Fallback
+            items = [_keywords(v, sub, depth + 1) for v in value]
+            if any(a is not b for a, b in zip(items, value, strict=True)):
+                new = items
         elif kind == _INT:
             if type(value) is str:
                 if not _DECIMAL(value):
@@ -159,22 +163,16 @@ def _keywords(obj: Any, desc: Any, depth: int) -> dict[str, Any]:
                 new = int(value)
             elif type(value) is not int:
                 raise Fallback  # 3.0, true, ...: json_format's rules
-        elif kind == _INTS:
-            if type(value) is not list:
-                raise Fallback
-            new = _ints(value)
-        elif kind == _MSG:
-            new = _keywords(value, sub, depth + 1)
-        elif kind == _MSGS:
-            if type(value) is not list:
-                raise Fallback
-            items = [_keywords(v, sub, depth + 1) for v in value]
-            if any(a is not b for a, b in zip(items, value, strict=True)):
-                new = items
         elif kind == _TEXT:
             if type(value) is not str:
                 raise Fallback
             new = value.encode("utf-8")  # lone surrogates: UnicodeEncodeError, caught above
+        elif kind == _MSG:
+            new = _keywords(value, sub, depth + 1)
+        elif kind == _INTS:
+            if type(value) is not list:
+                raise Fallback
+            new = _ints(value)
         elif kind == _TEXTS:
             if type(value) is not list:
                 raise Fallback
@@ -194,7 +192,7 @@ def _keywords(obj: Any, desc: Any, depth: int) -> dict[str, Any]:
                 raise Fallback
         else:
             raise Fallback
-        if key != name:
+        if renamed:
             if name in obj:
                 raise Fallback  # both spellings of one field: json_format's merge rules
             if out is None:
@@ -223,46 +221,67 @@ def from_json(obj: Any, cls: type[message.Message]) -> message.Message:
 
 # -- printing ------------------------------------------------------------------------------------
 
-_O_PLAIN = 0  # str, bool, int32 / uint32 (and lists of them)
-_O_INT64 = 1  # printed as a string
-_O_FLOAT = 2
-_O_DOUBLE = 3
-_O_TEXT = 4
-_O_BYTES = 5
-_O_MSG = 6
+# Print codes: the field's kind, and whether it is repeated (R).
+_P, _PR = 0, 1  # str, bool, int32 / uint32: as they are
+_M, _MR = 2, 3  # messages
+_MS, _MSR = 4, 5  # messages printed once per answer (see _SHARED)
+_T, _TR = 6, 7  # text bytes
+_I64, _I64R = 8, 9  # printed as strings
+_F32, _F32R = 10, 11
+_F64, _F64R = 12, 13
+_B, _BR = 14, 15  # base64 bytes
+
+#: Message types printed once per answer when they repeat (see :func:`to_json`), with the
+#: byte that ends their memo keys (equal bytes of two types are different messages).
+_SHARED = {caffe2_pb2.Argument.DESCRIPTOR: b"A", caffe2_pb2.DeviceOption.DESCRIPTOR: b"D"}
 
 
-def _out_kind(desc: Any, f: Any) -> int:
+def _code(desc: Any, f: Any) -> int:
     cpp = f.cpp_type
-    if f.containing_oneof is not None:
-        return _NO
+    if f.containing_oneof is not None or cpp == _FD.CPPTYPE_ENUM:
+        return -1
     if cpp == _FD.CPPTYPE_MESSAGE:
-        return _NO if _special_message(f.message_type) else _O_MSG
-    if cpp == _FD.CPPTYPE_ENUM:
-        return _NO
-    if cpp == _FD.CPPTYPE_STRING and f.type == _FD.TYPE_BYTES:
-        return _O_TEXT if (desc.full_name, f.name) in TEXT_BYTES_FIELDS else _O_BYTES
-    if cpp in (_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64):
-        return _O_INT64
-    if cpp == _FD.CPPTYPE_FLOAT:
-        return _O_FLOAT
-    if cpp == _FD.CPPTYPE_DOUBLE:
-        return _O_DOUBLE
-    return _O_PLAIN
+        if _special_message(f.message_type):
+            return -1
+        code = _MS if f.message_type in _SHARED else _M
+    elif cpp == _FD.CPPTYPE_STRING and f.type == _FD.TYPE_BYTES:
+        code = _T if (desc.full_name, f.name) in TEXT_BYTES_FIELDS else _B
+    elif cpp in (_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64):
+        code = _I64
+    elif cpp == _FD.CPPTYPE_FLOAT:
+        code = _F32
+    elif cpp == _FD.CPPTYPE_DOUBLE:
+        code = _F64
+    else:
+        code = _P
+    return code + 1 if f.is_repeated else code
 
 
 @cache
-def _printer(desc: Any) -> dict[Any, tuple[str, int, bool]]:
-    return {f: (f.name, _out_kind(desc, f), f.is_repeated) for f in desc.fields}
+def _printer(desc: Any) -> dict[Any, tuple[str, int]]:
+    return {f: (f.name, _code(desc, f)) for f in desc.fields}
+
+
+#: ``ToShortestFloat`` results (it formats up to four times per value): float32 values of
+#: arguments repeat from op to op. Bounded: cleared when full.
+_SHORTEST: dict[float, float] = {}
+_SHORTEST_MAX = 4096
 
 
 def _float(v: float) -> Any:
     """A float32 value as ``MessageToDict`` prints it."""
+    found = _SHORTEST.get(v)
+    if found is not None and v:  # 0.0 and -0.0 are one key, but print apart
+        return found
     if math.isinf(v):
         return "-Infinity" if v < 0 else "Infinity"
     if v != v:
         return "NaN"
-    return type_checkers.ToShortestFloat(v)
+    short = type_checkers.ToShortestFloat(v)
+    if len(_SHORTEST) >= _SHORTEST_MAX:
+        _SHORTEST.clear()
+    _SHORTEST[v] = short
+    return short
 
 
 def _double(v: float) -> Any:
@@ -291,47 +310,50 @@ def to_json(msg: message.Message, memo: dict[bytes, Any] | None = None) -> dict[
     plan = _printer(msg.DESCRIPTOR)
     out: dict[str, Any] = {}
     for f, value in msg.ListFields():
-        entry = plan.get(f)
-        if entry is None:
-            raise Fallback  # an extension
-        name, kind, rep = entry
-        if kind == _O_PLAIN:
-            out[name] = list(value) if rep else value
-        elif kind == _O_MSG:
-            if memo is not None and f.message_type in _SHARED:
-                out[name] = ([_shared(m, memo) for m in value] if rep
-                             else _shared(value, memo))
-            else:
-                out[name] = [to_json(m, memo) for m in value] if rep else to_json(value, memo)
-        elif kind == _O_TEXT:
+        name, code = plan.get(f) or ("", -1)  # not in the plan: an extension
+        if code == _PR:
+            out[name] = list(value)
+        elif code == _P:
+            out[name] = value
+        elif code == _MSR:
+            out[name] = [_shared(m, memo) for m in value]
+        elif code == _MS:
+            out[name] = _shared(value, memo)
+        elif code == _M:
+            out[name] = to_json(value, memo)
+        elif code == _MR:
+            out[name] = [to_json(m, memo) for m in value]
+        elif code == _T or code == _TR:
             try:
-                out[name] = list(map(bytes.decode, value)) if rep else value.decode()
+                out[name] = value.decode() if code == _T else list(map(bytes.decode, value))
             except UnicodeDecodeError as exc:
                 raise Fallback from exc
-        elif kind == _O_INT64:
-            out[name] = list(map(str, value)) if rep else str(value)
-        elif kind == _O_FLOAT:
-            out[name] = list(map(_float, value)) if rep else _float(value)
-        elif kind == _O_DOUBLE:
-            if rep:
-                out[name] = list(value) if all(map(math.isfinite, value)) else list(
-                    map(_double, value))
-            else:
-                out[name] = _double(value)
-        elif kind == _O_BYTES:
-            out[name] = list(map(_b64, value)) if rep else _b64(value)
+        elif code == _I64:
+            out[name] = str(value)
+        elif code == _I64R:
+            out[name] = list(map(str, value))
+        elif code == _F32:
+            out[name] = _float(value)
+        elif code == _F32R:
+            out[name] = list(map(_float, value))
+        elif code == _F64:
+            out[name] = _double(value)
+        elif code == _F64R:
+            out[name] = list(value) if all(map(math.isfinite, value)) else list(
+                map(_double, value))
+        elif code == _B:
+            out[name] = _b64(value)
+        elif code == _BR:
+            out[name] = list(map(_b64, value))
         else:
             raise Fallback
     return out
 
 
-#: Message types printed once per answer when they repeat (see :func:`to_json`).
-_SHARED = frozenset({caffe2_pb2.Argument.DESCRIPTOR, caffe2_pb2.DeviceOption.DESCRIPTOR})
-
-
-def _shared(msg: message.Message, memo: dict[bytes, Any]) -> Any:
-    key = msg.DESCRIPTOR.full_name.encode() + b"\0" + msg.SerializePartialToString(
-        deterministic=True)
+def _shared(msg: message.Message, memo: dict[bytes, Any] | None) -> Any:
+    if memo is None:
+        return to_json(msg, memo)
+    key = msg.SerializePartialToString(deterministic=True) + _SHARED[msg.DESCRIPTOR]
     found = memo.get(key)
     if found is None:
         found = memo[key] = to_json(msg, memo)
