@@ -11,11 +11,12 @@ Two things uvicorn cannot do. Its ``limit_concurrency`` answers a bare 503 witho
 in progress; 503 ``overloaded`` with ``Retry-After`` above) is kept by :func:`capped`, in
 front of the app, on uvicorn's own counts. And it does not bound the time a client takes to
 send its request head: a client that trickles header bytes (slowloris) holds its connection
-and a file descriptor forever. :func:`guarded_protocol` is uvicorn's h11 protocol with one
-timer more: a connection that has not delivered a complete request head
+and a file descriptor forever. :func:`guarded_protocol` is uvicorn's HTTP protocol (httptools
+by default, :func:`http_implementation`; h11 with ``NETGRAD_HTTP=h11``) with one timer
+more: a connection that has not delivered a complete request head
 ``NETGRAD_HEADER_TIMEOUT_S`` after it opened (or after its previous answer plus the
-keep-alive time) is closed. Slow
-*bodies* are bounded in the app by :class:`BodyTimeoutMiddleware` (408).
+keep-alive time) is closed. Slow *bodies* are bounded in the app by
+:class:`BodyTimeoutMiddleware` (408).
 
 :func:`raise_fd_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard one at start-up; the
 service unit and manifests set the hard limit (``deploy/``). :func:`tune_malloc` keeps large
@@ -60,26 +61,48 @@ def capped(app: ASGIApp, cap: int, connections: Any, tasks: Any,
     return guarded
 
 
+def http_implementation(choice: str) -> str:
+    """The HTTP parser ``netgrad serve`` runs: ``httptools`` (C, llhttp) when it is installed
+    and ``choice`` is ``auto``, else ``h11`` (pure Python)."""
+    if choice != "auto":
+        return choice
+    try:
+        import httptools  # noqa: F401
+    except ImportError:  # pragma: no cover - a dependency of netgrad
+        return "h11"
+    return "httptools"
+
+
 def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connections: int = 0,
-                     retry_after_s: int = 2) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, closing connections whose request head is late, and capping
-    connections (when ``max_connections`` > 0, see :func:`capped`).
+                     retry_after_s: int = 2, impl: str = "h11") -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (``impl``: ``h11`` or ``httptools``), closing connections
+    whose request head is late, and capping connections (when ``max_connections`` > 0, see
+    :func:`capped`). With ``httptools``, a request head that grows past
+    :data:`MAX_HEADER_BYTES` is also answered 400 and closed (h11 does that itself, through
+    ``h11_max_incomplete_event_size``).
 
     Args:
         header_timeout_s: seconds from the connection's start to a complete request head.
         keep_alive_s: extra seconds allowed before the head of a follow-up request.
         max_connections: connections + requests in progress before a 503.
         retry_after_s: ``Retry-After`` of that 503.
+        impl: ``h11`` or ``httptools``.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    base: Any
+    if impl == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
 
-    class GuardedH11Protocol(H11Protocol):
+    class Guarded(base):
         _head_timer: asyncio.TimerHandle | None = None
+        _head_pending = True  # bytes arrive for a request head not yet complete
+        _head_bytes = 0
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             if max_connections > 0:
-                self.app = capped(self.app, max_connections, self.connections, self.tasks,
+                self.app: Any = capped(self.app, max_connections, self.connections, self.tasks,
                                   retry_after_s)
 
         def _arm(self, seconds: float) -> None:
@@ -103,24 +126,51 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
             super().connection_made(transport)
             self._arm(header_timeout_s)
 
+        # h11: a request head arrived when handle_events makes a new cycle.
         def handle_events(self) -> None:
             before = self.cycle
             super().handle_events()
-            if self.cycle is not before:  # a request head arrived
+            if self.cycle is not before:
                 self._disarm()
+
+        # httptools: the parser says so, and the head's size is bounded here.
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_pending = True
+            self._head_bytes = 0
+
+        def on_headers_complete(self) -> None:
+            self._head_pending = False
+            self._disarm()
+            super().on_headers_complete()
+
+        def data_received(self, data: bytes) -> None:
+            if impl != "httptools":
+                super().data_received(data)
+                return
+            pending_before = self._head_pending
+            super().data_received(data)
+            if self._head_pending and pending_before and not self.transport.is_closing():
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEADER_BYTES:
+                    self.send_400_response("Request head too large.")
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing() and (
                 self.cycle is None or self.cycle.response_complete
             ):
+                self._head_pending = True
+                self._head_bytes = 0
                 self._arm(keep_alive_s + header_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
-    return GuardedH11Protocol
+    Guarded.__name__ = Guarded.__qualname__ = (
+        "GuardedHttpToolsProtocol" if impl == "httptools" else "GuardedH11Protocol")
+    return Guarded
 
 
 def log_config() -> dict[str, Any]:
@@ -137,29 +187,36 @@ def log_config() -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    """``SettingsGuardedH11Protocol``: :func:`guarded_protocol` for the settings of the
+    """``SettingsGuardedProtocol``: :func:`guarded_protocol` for the settings of the
     environment, by import string, for uvicorn's worker processes (a class made inside a
     function cannot be pickled to them)."""
-    if name == "SettingsGuardedH11Protocol":
+    if name in ("SettingsGuardedProtocol", "SettingsGuardedH11Protocol"):
         from app.settings import get_settings
 
         s = get_settings()
+        impl = "h11" if name == "SettingsGuardedH11Protocol" else http_implementation(s.http)
         cls = guarded_protocol(s.header_timeout_s, s.keep_alive_s, s.max_connections,
-                               s.retry_after_s)
+                               s.retry_after_s, impl)
         globals()[name] = cls
         return cls
     raise AttributeError(name)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``settings``."""
+    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for ``settings``.
+
+    The event loop is uvicorn's ``auto`` (uvloop when installed, as it is with netgrad);
+    the HTTP parser is :func:`http_implementation` of ``NETGRAD_HTTP``.
+    """
+    impl = http_implementation(settings.http)
     http: Any = guarded_protocol(settings.header_timeout_s, settings.keep_alive_s,
-                                 settings.max_connections, settings.retry_after_s)
+                                 settings.max_connections, settings.retry_after_s, impl)
     if settings.http_workers > 1:  # worker processes import it (same NETGRAD_* environment)
-        http = "app.server:SettingsGuardedH11Protocol"
+        http = "app.server:SettingsGuardedProtocol"
     return {
         "log_config": log_config(),
         "http": http,
+        "loop": "auto",
         "timeout_keep_alive": settings.keep_alive_s,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
         "backlog": 2048,

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
         http_workers: uvicorn worker processes of ``netgrad serve`` (each with its own
             execution pool of ``workers``); metrics are then summed over them through
             ``PROMETHEUS_MULTIPROC_DIR``.
+        http: HTTP/1.1 parser of ``netgrad serve``: ``httptools`` (C; what ``auto`` picks
+            when it is installed, as it is with netgrad) or ``h11`` (pure Python).
         log_format: ``json`` (one JSON object per line) or ``text``.
         log_level: level of the ``netgrad`` loggers and of the access log.
         api_keys_file: file of hashed API keys (``netgrad keys add``); when set, every
@@ -107,6 +109,7 @@ class Settings(BaseSettings):
     max_ops: int = Field(default=200_000, ge=1)
     # -- operation (issue 11) --
     http_workers: int = Field(default=1, ge=1)
+    http: Literal["auto", "httptools", "h11"] = "auto"
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"] = "INFO"
     api_keys_file: str | None = None

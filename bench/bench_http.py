@@ -46,9 +46,10 @@ SHARED = ROOT.parent / "shared" / "realnets"
 NETS = ("model_zoo__resnet50__predict_net.pbtxt", "model_zoo__inception_v2__predict_net.pbtxt")
 PB = "application/protobuf"
 JSON = "application/json"
-#: One uvicorn set-up for every server: the defaults of ``netgrad serve`` on this machine
-#: (no uvloop, no httptools installed), spelled out, without access logs.
-UVICORN = ["--host", "127.0.0.1", "--loop", "asyncio", "--http", "h11",
+#: One uvicorn set-up for every server: the event loop and HTTP parser ``netgrad serve``
+#: uses (uvloop and httptools, netgrad's dependencies), spelled out, without uvicorn's
+#: access log. ``--http h11 --loop asyncio`` gives the figures of the pure-Python stack.
+UVICORN = ["--host", "127.0.0.1", "--loop", "uvloop", "--http", "httptools",
            "--log-level", "warning", "--no-access-log"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
@@ -325,7 +326,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a second netgrad checkout to compare")
     parser.add_argument("--quick", action="store_true", help="fewer and shorter rounds")
+    parser.add_argument("--stack", choices=("c", "python"), default="c",
+                        help="uvicorn's uvloop + httptools (netgrad serve's), or asyncio + h11")
     ns = parser.parse_args()
+    if ns.stack == "python":
+        UVICORN[UVICORN.index("uvloop")] = "asyncio"
+        UVICORN[UVICORN.index("httptools")] = "h11"
     rounds, seconds, requests = (2, 1.5, 15) if ns.quick else (5, 3.0, 41)
 
     from app.api import docs
@@ -341,7 +347,7 @@ def main() -> None:
         servers = [stack.enter_context(serve(n, t, "app.main:create_app", factory=True))
                    for n, t in trees]
         print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores; "
-              f"{rounds} rounds, medians.\n")
+              f"{rounds} rounds, medians; uvicorn {' '.join(UVICORN[2:6])}.\n")
 
         # 1. Small requests: throughput against the echo, interleaved round by round.
         rates: dict[str, list[float]] = {s.name: [] for s in [echo, *servers]}
