@@ -319,7 +319,9 @@ def _scalar_printer(f: Any) -> Callable[[Any], Any] | None:
     if sub is not None:
         if _is_caffe2(sub):
             return lambda m: caffe2_json.to_json(m, _memo.get())
-        return lambda m: _printer(sub)(m)
+        if sub not in _building:  # bound now (answers hold thousands of entries) ...
+            return _printer(sub)
+        return lambda m: _printer(sub)(m)  # ... unless it contains itself: bound lazily
     if f.cpp_type in _FLOATS:
         return _json_float
     return None
@@ -370,8 +372,20 @@ def _field_printer(f: Any, opts: Any) -> _Printer:
     return single
 
 
+#: Message types whose printer is being built (a type that contains itself binds lazily).
+_building: set[Any] = set()
+
+
 @cache
 def _printer(desc: Any) -> Callable[[message.Message], Any]:
+    _building.add(desc)
+    try:
+        return _make_printer(desc)
+    finally:
+        _building.discard(desc)
+
+
+def _make_printer(desc: Any) -> Callable[[message.Message], Any]:
     if _bare_oneof(desc):
         oneof = desc.oneofs[0].name
         convs = {f.name: _scalar_printer(f) for f in desc.fields}

@@ -316,7 +316,18 @@ def to_json(msg: message.Message, memo: dict[bytes, Any] | None = None) -> dict[
         elif code == _P:
             out[name] = value
         elif code == _MSR:
-            out[name] = [_shared(m, memo) for m in value]
+            if memo is None:
+                out[name] = [to_json(m, memo) for m in value]
+                continue
+            end = _SHARED[value[0].DESCRIPTOR] if value else b""
+            items = []
+            for m in value:  # _shared, inlined: most answers hold thousands of arguments
+                key = m.SerializePartialToString(deterministic=True) + end
+                found = memo.get(key)
+                if found is None:
+                    found = memo[key] = to_json(m, memo)
+                items.append(found)
+            out[name] = items
         elif code == _MS:
             out[name] = _shared(value, memo)
         elif code == _M:
