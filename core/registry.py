@@ -394,6 +394,21 @@ def gradient_for_op_detailed(
     output_names: Sequence[str] | None = None,
     op_type: str | None = None,
 ) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
+    """Gradient ops, ``g_input`` and input reads of one op; see :func:`gradient_for_op_read`."""
+    ops, g_input, input_reads, _, _ = gradient_for_op_read(
+        op, g_output, env, input_names, output_names, op_type
+    )
+    return ops, g_input, input_reads
+
+
+def gradient_for_op_read(
+    op: OperatorDef,
+    g_output: Sequence[GradValue],
+    env: Any = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    op_type: str | None = None,
+) -> tuple[list[OperatorDef], list[GradValue], list[int], list[list[str]], list[list[str]]]:
     """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
 
     Args:
@@ -405,9 +420,11 @@ def gradient_for_op_detailed(
             from ``op`` otherwise.
 
     Returns:
-        ``(grad_ops, g_input, input_reads)``: ``len(g_input) == len(op.input)``;
-        ``input_reads`` lists the forward input positions whose values the gradient ops
-        read (the maker asked for ``I(i)``).
+        ``(grad_ops, g_input, input_reads, op_ins, op_outs)``: ``len(g_input) ==
+        len(op.input)``; ``input_reads`` lists the forward input positions whose values the
+        gradient ops read (the maker asked for ``I(i)``); ``op_ins``/``op_outs``: each
+        gradient op's input/output names as read once after the maker (a read of a protobuf
+        field builds new strings), valid until something renames them.
 
     Raises:
         GradientNotDefinedError: no maker, ``SHOULD_NOT_DIFFERENTIATE`` or ``NOT_IMPLEMENTED``.
@@ -423,7 +440,7 @@ def gradient_for_op_detailed(
         output_names = op.output[:]
     if e is None or e.status is not _GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
-        return [], [None] * len(input_names), []  # NO_GRADIENT
+        return [], [None] * len(input_names), [], [], []  # NO_GRADIENT
     if len(g_output) != len(output_names):
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(output_names)} outputs"
@@ -441,8 +458,13 @@ def gradient_for_op_detailed(
         if ops:
             _mark_gradient_ops(op, e, ops)
     g_input = m.g_input
-    if env is not None and e.status is GradientStatus.GRADIENT:
-        _warn_dropped(op.type, g_output, output_names, ops, g_input, env)
+    op_ins = [g.input[:] for g in ops]
+    op_outs = [g.output[:] for g in ops]
+    if env is not None:  # (the status is GRADIENT here)
+        for g in g_output:
+            if g is not None and not (g in g_input or any(g in ins for ins in op_ins)):
+                _warn_dropped(op.type, g_output, output_names, op_ins, g_input, env)
+                break
     if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
@@ -454,7 +476,7 @@ def gradient_for_op_detailed(
                 "For sparse gradient, one should set both indices and values. "
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
-    return ops, g_input, m.input_reads
+    return ops, g_input, m.input_reads, op_ins, op_outs
 
 
 def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
@@ -477,10 +499,11 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
             g.arg.extend(args)
 
 
-def _used(name: str, ops: Sequence[OperatorDef], g_input: Sequence[GradValue]) -> bool:
-    """Whether a gradient op reads ``name`` or an input gradient is (or holds) ``name``."""
-    for g in ops:
-        if name in g.input:  # membership in the protobuf container, in C
+def _used(name: str, op_ins: Sequence[Sequence[str]], g_input: Sequence[GradValue]) -> bool:
+    """Whether a gradient op reads ``name`` (``op_ins``: their input names) or an input
+    gradient is (or holds) ``name``."""
+    for ins in op_ins:
+        if name in ins:
             return True
     for gi in g_input:
         if gi == name or (isinstance(gi, GradientSlice) and name in (gi.indices, gi.values)):
@@ -492,7 +515,7 @@ def _warn_dropped(
     op_type: str,
     g_output: Sequence[GradValue],
     output_names: Sequence[str],
-    ops: Sequence[OperatorDef],
+    op_ins: Sequence[Sequence[str]],
     g_input: Sequence[GradValue],
     env: Any,
 ) -> None:
@@ -504,7 +527,7 @@ def _warn_dropped(
     """
     dropped = [
         out for out, g in zip(output_names, g_output, strict=False)
-        if g is not None and not any(_used(n, ops, g_input) for n in grad_names(g))
+        if g is not None and not any(_used(n, op_ins, g_input) for n in grad_names(g))
     ]
     if dropped and hasattr(env, "warn"):
         env.warn(

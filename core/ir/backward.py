@@ -38,7 +38,7 @@ from core.ir.ssa import CONTROL_OP_TYPES
 from core.ops import load_all
 from core.registry import (
     get_gradient_for_op,
-    gradient_for_op_detailed,
+    gradient_for_op_read,
     make_arg,
     make_op,
     register_subnet_pass,
@@ -309,7 +309,7 @@ class BackwardPass(CopyOnWrite):
         env = self.env
         env.op_index = idx + self.offset
         inputs = self.op_inputs[idx]
-        ops, g_input, input_reads = gradient_for_op_detailed(
+        ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
             self.ops[idx], g_output, env, inputs, outputs, op_type
         )
         in_versions = self.in_versions[idx]
@@ -331,8 +331,9 @@ class BackwardPass(CopyOnWrite):
                     outputs[j - n_in] for j in input_reads if j >= n_in
                 }
                 break
-        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, ops, g_output, g_input):
+        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, op_outs, g_output, g_input):
             g_input = self._protect_incoming(idx, ops, g_output, g_input)
+            op_ins = [gop.input[:] for gop in ops]  # (it may have renamed some)
         # Generators are recorded only for blob versions that more than one op reads: only
         # their gradients are ever summed (_accumulate), the others are never looked up.
         usages = self.input_usages
@@ -369,8 +370,8 @@ class BackwardPass(CopyOnWrite):
         frontier = self.frontier
         grad_frontier = self.gradient_frontier
         exact = False
-        for gop in ops:
-            for name in gop.input[:]:
+        for gop_ins in op_ins:
+            for name in gop_ins:
                 at = g_out_names.get(name)
                 if at is not None:
                     out = outputs[at]
