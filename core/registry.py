@@ -34,11 +34,11 @@ from api_schemas import caffe2_pb2
 from core.errors import GradientError, GradientNotDefinedError, InvalidNetError
 
 # The maker's view lives in core.maker; op modules and clients import it from here.
-from core.maker import GradientMaker
+from core.maker import GradientMaker, warn_dropped
 from core.maker import find_arg as find_arg
 from core.maker import make_arg as make_arg
 from core.maker import make_op as make_op
-from core.types import GradientSlice, GradValue, grad_names
+from core.types import GradientSlice, GradValue
 
 if TYPE_CHECKING:
     import numpy as np
@@ -455,15 +455,30 @@ def gradient_for_op_read(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
         ops = e.maker(m)
-        if ops:
+        if (
+            (e.copy_device_option and op.HasField("device_option"))
+            or (e.copy_engine and op.HasField("engine"))
+            or (e.copy_arguments and len(op.arg))
+        ):
             _mark_gradient_ops(op, e, ops)
+        else:  # (what _mark_gradient_ops does then, inlined: the common case)
+            for gop in ops:
+                gop.is_gradient_op = True
     g_input = m.g_input
-    op_ins = [g.input[:] for g in ops]
-    op_outs = [g.output[:] for g in ops]
+    op_ins: list[list[str]] = []
+    op_outs: list[list[str]] = []
+    for gop in ops:
+        op_ins.append(gop.input[:])
+        op_outs.append(gop.output[:])
     if env is not None:  # (the status is GRADIENT here)
         for g in g_output:
-            if g is not None and not (g in g_input or any(g in ins for ins in op_ins)):
-                _warn_dropped(op.type, g_output, output_names, op_ins, g_input, env)
+            if g is None or g in g_input:
+                continue
+            for ins in op_ins:
+                if g in ins:
+                    break
+            else:
+                warn_dropped(op.type, g_output, output_names, op_ins, g_input, env)
                 break
     if len(g_input) != len(input_names):
         raise GradientError(
@@ -497,47 +512,6 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
             g.engine = engine
         if args is not None:
             g.arg.extend(args)
-
-
-def _used(name: str, op_ins: Sequence[Sequence[str]], g_input: Sequence[GradValue]) -> bool:
-    """Whether a gradient op reads ``name`` (``op_ins``: their input names) or an input
-    gradient is (or holds) ``name``."""
-    for ins in op_ins:
-        if name in ins:
-            return True
-    for gi in g_input:
-        if gi == name or (isinstance(gi, GradientSlice) and name in (gi.indices, gi.values)):
-            return True
-    return False
-
-
-def _warn_dropped(
-    op_type: str,
-    g_output: Sequence[GradValue],
-    output_names: Sequence[str],
-    op_ins: Sequence[Sequence[str]],
-    g_input: Sequence[GradValue],
-    env: Any,
-) -> None:
-    """Warn when a gradient reaching an output is not used by the op's gradient at all.
-
-    Caffe2's makers ignore the gradients of some outputs (SpatialBN's running statistics,
-    LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
-    output does not flow further; the answer says so instead of dropping it silently.
-    """
-    dropped = [
-        out for out, g in zip(output_names, g_output, strict=False)
-        if g is not None and not any(_used(n, op_ins, g_input) for n in grad_names(g))
-    ]
-    if dropped and hasattr(env, "warn"):
-        env.warn(
-            "dropped_output_gradient",
-            f"{op_type}'s gradient does not use the gradient of output(s) "
-            f"{', '.join(dropped)}: nothing flows back through them",
-            op_index=getattr(env, "op_index", None),
-            op_type=op_type,
-            blobs=dropped,
-        )
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:

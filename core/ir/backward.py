@@ -405,7 +405,14 @@ class BackwardPass(CopyOnWrite):
                 grad_frontier[name] = in_versions[name]
                 input_to_grad[name] = grad
                 if owners is not None:
-                    own(owners, grad, name)
+                    if type(grad) is not str:
+                        own(owners, grad, name)
+                    else:  # own(), inlined for its common cases: no holder, or this blob
+                        held = owners.get(grad)
+                        if held is None:
+                            owners[grad] = name
+                        elif held != name:
+                            own(owners, grad, name)
         else:
             new_map: dict[str, GradValue] = {}
             k = 0
@@ -420,7 +427,11 @@ class BackwardPass(CopyOnWrite):
             input_to_grad.update(new_map)
             if owners is not None:
                 for name, grad in new_map.items():
-                    if grad is not None:
+                    if grad is None:
+                        continue
+                    if type(grad) is str and grad not in owners:  # own(), its common case
+                        owners[grad] = name
+                    else:
                         own(owners, grad, name)
         grad_ops.extend(ops)
 
