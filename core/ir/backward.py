@@ -105,6 +105,8 @@ class BackwardPass(CopyOnWrite):
         self.protected: set[str] = set()
         # gradient of the oldest version reached, of blobs overwritten without being read
         self._erased: dict[str, GradValue] = {}
+        # ops reading a blob version that other ops (or a seed) read too; None = not known
+        self._reads_shared: set[int] | None = None
 
     def run(
         self, ys: Mapping[str, GradValue]
@@ -145,14 +147,16 @@ class BackwardPass(CopyOnWrite):
             if g is not None:
                 own(self._owners, g, y)
         # Gradients are summed at the first reader of a blob version read more than once
-        # (spec §2.7); only used as a filter, so the set's order does not matter.
-        first_of_many = {
-            readers[0]
+        # (spec §2.7); only used as filters, so the sets' order does not matter.
+        many = [
+            readers
             for by_version in self.input_usages.values()
             if not isinstance(by_version, int)  # one reader
             for readers in by_version.values()
             if not isinstance(readers, int) and len(readers) > 1
-        }
+        ]
+        first_of_many = {readers[0] for readers in many}
+        self._reads_shared = {i for readers in many for i in readers}
         problems: list[Diagnostic] = []
         error_types: list[type[NetgradError]] = []
         blind_writers = self.blind_writers
@@ -322,7 +326,7 @@ class BackwardPass(CopyOnWrite):
         self.ambiguous = _NO_NAMES
         n_in = len(inputs)
         for i in input_reads:
-            if i >= n_in or inputs[i] in out_versions:
+            if i < n_in and inputs[i] in out_versions:
                 wants_input = {
                     inputs[j] for j in input_reads if j < n_in and inputs[j] in out_versions
                 }
@@ -338,8 +342,9 @@ class BackwardPass(CopyOnWrite):
         # their gradients are ever summed (_accumulate), the others are never looked up.
         usages = self.input_usages
         tracked: list[tuple[int, str | GradientSlice]] = []
+        shared = self._reads_shared
         k = 0
-        for g in g_input:
+        for g in g_input if shared is None or idx in shared else ():  # (else: none is)
             if g is not None:
                 blob = inputs[k]
                 usage = usages[blob]  # an int: one reader, nothing to sum
