@@ -13,7 +13,7 @@ from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
-from core.types import GradientSlice, GradValue
+from core.types import GradientSlice, GradValue, grad_names
 
 OperatorDef = caffe2_pb2.OperatorDef
 Argument = caffe2_pb2.Argument
@@ -267,3 +267,46 @@ def find_arg(op: OperatorDef | caffe2_pb2.NetDef, name: str) -> Argument | None:
             return a
     return None
 
+
+def _used(name: str, op_ins: Sequence[Sequence[str]], g_input: Sequence[GradValue]) -> bool:
+    """Whether a gradient op reads ``name`` (``op_ins``: their input names) or an input
+    gradient is (or holds) ``name``."""
+    for ins in op_ins:
+        if name in ins:
+            return True
+    for gi in g_input:
+        if gi == name or (isinstance(gi, GradientSlice) and name in (gi.indices, gi.values)):
+            return True
+    return False
+
+
+def warn_dropped(
+    op_type: str,
+    g_output: Sequence[GradValue],
+    output_names: Sequence[str],
+    op_ins: Sequence[Sequence[str]],
+    g_input: Sequence[GradValue],
+    env: Any,
+) -> None:
+    """Warn when a gradient reaching an output is not used by the op's gradient at all.
+
+    ``op_ins``: the input names of each gradient op. Run by :mod:`core.registry` after a
+    maker, when a quick look finds an output gradient that may be unused.
+
+    Caffe2's makers ignore the gradients of some outputs (SpatialBN's running statistics,
+    LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
+    output does not flow further; the answer says so instead of dropping it silently.
+    """
+    dropped = [
+        out for out, g in zip(output_names, g_output, strict=False)
+        if g is not None and not any(_used(n, op_ins, g_input) for n in grad_names(g))
+    ]
+    if dropped and hasattr(env, "warn"):
+        env.warn(
+            "dropped_output_gradient",
+            f"{op_type}'s gradient does not use the gradient of output(s) "
+            f"{', '.join(dropped)}: nothing flows back through them",
+            op_index=getattr(env, "op_index", None),
+            op_type=op_type,
+            blobs=dropped,
+        )

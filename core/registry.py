@@ -34,11 +34,11 @@ from api_schemas import caffe2_pb2
 from core.errors import GradientError, GradientNotDefinedError, InvalidNetError
 
 # The maker's view lives in core.maker; op modules and clients import it from here.
-from core.maker import GradientMaker
+from core.maker import GradientMaker, warn_dropped
 from core.maker import find_arg as find_arg
 from core.maker import make_arg as make_arg
 from core.maker import make_op as make_op
-from core.types import GradientSlice, GradValue, grad_names
+from core.types import GradientSlice, GradValue
 
 if TYPE_CHECKING:
     import numpy as np
@@ -394,6 +394,21 @@ def gradient_for_op_detailed(
     output_names: Sequence[str] | None = None,
     op_type: str | None = None,
 ) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
+    """Gradient ops, ``g_input`` and input reads of one op; see :func:`gradient_for_op_read`."""
+    ops, g_input, input_reads, _, _ = gradient_for_op_read(
+        op, g_output, env, input_names, output_names, op_type
+    )
+    return ops, g_input, input_reads
+
+
+def gradient_for_op_read(
+    op: OperatorDef,
+    g_output: Sequence[GradValue],
+    env: Any = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    op_type: str | None = None,
+) -> tuple[list[OperatorDef], list[GradValue], list[int], list[list[str]], list[list[str]]]:
     """Gradient ops and ``g_input`` of one forward op (Caffe2 ``GetGradientForOp``, spec §2.2-2.3).
 
     Args:
@@ -405,9 +420,11 @@ def gradient_for_op_detailed(
             from ``op`` otherwise.
 
     Returns:
-        ``(grad_ops, g_input, input_reads)``: ``len(g_input) == len(op.input)``;
-        ``input_reads`` lists the forward input positions whose values the gradient ops
-        read (the maker asked for ``I(i)``).
+        ``(grad_ops, g_input, input_reads, op_ins, op_outs)``: ``len(g_input) ==
+        len(op.input)``; ``input_reads`` lists the forward input positions whose values the
+        gradient ops read (the maker asked for ``I(i)``); ``op_ins``/``op_outs``: each
+        gradient op's input/output names as read once after the maker (a read of a protobuf
+        field builds new strings), valid until something renames them.
 
     Raises:
         GradientNotDefinedError: no maker, ``SHOULD_NOT_DIFFERENTIATE`` or ``NOT_IMPLEMENTED``.
@@ -423,7 +440,7 @@ def gradient_for_op_detailed(
         output_names = op.output[:]
     if e is None or e.status is not _GRADIENT or e.maker is None:
         _raise_no_gradient(op, e)
-        return [], [None] * len(input_names), []  # NO_GRADIENT
+        return [], [None] * len(input_names), [], [], []  # NO_GRADIENT
     if len(g_output) != len(output_names):
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(output_names)} outputs"
@@ -438,11 +455,31 @@ def gradient_for_op_detailed(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
         ops = e.maker(m)
-        if ops:
+        if (
+            (e.copy_device_option and op.HasField("device_option"))
+            or (e.copy_engine and op.HasField("engine"))
+            or (e.copy_arguments and len(op.arg))
+        ):
             _mark_gradient_ops(op, e, ops)
+        else:  # (what _mark_gradient_ops does then, inlined: the common case)
+            for gop in ops:
+                gop.is_gradient_op = True
     g_input = m.g_input
-    if env is not None and e.status is GradientStatus.GRADIENT:
-        _warn_dropped(op.type, g_output, output_names, ops, g_input, env)
+    op_ins: list[list[str]] = []
+    op_outs: list[list[str]] = []
+    for gop in ops:
+        op_ins.append(gop.input[:])
+        op_outs.append(gop.output[:])
+    if env is not None:  # (the status is GRADIENT here)
+        for g in g_output:
+            if g is None or g in g_input:
+                continue
+            for ins in op_ins:
+                if g in ins:
+                    break
+            else:
+                warn_dropped(op.type, g_output, output_names, op_ins, g_input, env)
+                break
     if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
@@ -454,7 +491,7 @@ def gradient_for_op_detailed(
                 "For sparse gradient, one should set both indices and values. "
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
-    return ops, g_input, m.input_reads
+    return ops, g_input, m.input_reads, op_ins, op_outs
 
 
 def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
@@ -475,46 +512,6 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
             g.engine = engine
         if args is not None:
             g.arg.extend(args)
-
-
-def _used(name: str, ops: Sequence[OperatorDef], g_input: Sequence[GradValue]) -> bool:
-    """Whether a gradient op reads ``name`` or an input gradient is (or holds) ``name``."""
-    for g in ops:
-        if name in g.input:  # membership in the protobuf container, in C
-            return True
-    for gi in g_input:
-        if gi == name or (isinstance(gi, GradientSlice) and name in (gi.indices, gi.values)):
-            return True
-    return False
-
-
-def _warn_dropped(
-    op_type: str,
-    g_output: Sequence[GradValue],
-    output_names: Sequence[str],
-    ops: Sequence[OperatorDef],
-    g_input: Sequence[GradValue],
-    env: Any,
-) -> None:
-    """Warn when a gradient reaching an output is not used by the op's gradient at all.
-
-    Caffe2's makers ignore the gradients of some outputs (SpatialBN's running statistics,
-    LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
-    output does not flow further; the answer says so instead of dropping it silently.
-    """
-    dropped = [
-        out for out, g in zip(output_names, g_output, strict=False)
-        if g is not None and not any(_used(n, ops, g_input) for n in grad_names(g))
-    ]
-    if dropped and hasattr(env, "warn"):
-        env.warn(
-            "dropped_output_gradient",
-            f"{op_type}'s gradient does not use the gradient of output(s) "
-            f"{', '.join(dropped)}: nothing flows back through them",
-            op_index=getattr(env, "op_index", None),
-            op_type=op_type,
-            blobs=dropped,
-        )
 
 
 def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:

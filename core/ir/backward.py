@@ -38,7 +38,7 @@ from core.ir.ssa import CONTROL_OP_TYPES
 from core.ops import load_all
 from core.registry import (
     get_gradient_for_op,
-    gradient_for_op_detailed,
+    gradient_for_op_read,
     make_arg,
     make_op,
     register_subnet_pass,
@@ -105,6 +105,8 @@ class BackwardPass(CopyOnWrite):
         self.protected: set[str] = set()
         # gradient of the oldest version reached, of blobs overwritten without being read
         self._erased: dict[str, GradValue] = {}
+        # ops reading a blob version that other ops (or a seed) read too; None = not known
+        self._reads_shared: set[int] | None = None
 
     def run(
         self, ys: Mapping[str, GradValue]
@@ -145,14 +147,16 @@ class BackwardPass(CopyOnWrite):
             if g is not None:
                 own(self._owners, g, y)
         # Gradients are summed at the first reader of a blob version read more than once
-        # (spec §2.7); only used as a filter, so the set's order does not matter.
-        first_of_many = {
-            readers[0]
+        # (spec §2.7); only used as filters, so the sets' order does not matter.
+        many = [
+            readers
             for by_version in self.input_usages.values()
             if not isinstance(by_version, int)  # one reader
             for readers in by_version.values()
             if not isinstance(readers, int) and len(readers) > 1
-        }
+        ]
+        first_of_many = {readers[0] for readers in many}
+        self._reads_shared = {i for readers in many for i in readers}
         problems: list[Diagnostic] = []
         error_types: list[type[NetgradError]] = []
         blind_writers = self.blind_writers
@@ -309,7 +313,7 @@ class BackwardPass(CopyOnWrite):
         env = self.env
         env.op_index = idx + self.offset
         inputs = self.op_inputs[idx]
-        ops, g_input, input_reads = gradient_for_op_detailed(
+        ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
             self.ops[idx], g_output, env, inputs, outputs, op_type
         )
         in_versions = self.in_versions[idx]
@@ -322,7 +326,7 @@ class BackwardPass(CopyOnWrite):
         self.ambiguous = _NO_NAMES
         n_in = len(inputs)
         for i in input_reads:
-            if i >= n_in or inputs[i] in out_versions:
+            if i < n_in and inputs[i] in out_versions:
                 wants_input = {
                     inputs[j] for j in input_reads if j < n_in and inputs[j] in out_versions
                 }
@@ -331,14 +335,16 @@ class BackwardPass(CopyOnWrite):
                     outputs[j - n_in] for j in input_reads if j >= n_in
                 }
                 break
-        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, ops, g_output, g_input):
+        if op_type in CONTROL_OP_TYPES or self._shares_incoming(idx, op_outs, g_output, g_input):
             g_input = self._protect_incoming(idx, ops, g_output, g_input)
+            op_ins = [gop.input[:] for gop in ops]  # (it may have renamed some)
         # Generators are recorded only for blob versions that more than one op reads: only
         # their gradients are ever summed (_accumulate), the others are never looked up.
         usages = self.input_usages
         tracked: list[tuple[int, str | GradientSlice]] = []
+        shared = self._reads_shared
         k = 0
-        for g in g_input:
+        for g in g_input if shared is None or idx in shared else ():  # (else: none is)
             if g is not None:
                 blob = inputs[k]
                 usage = usages[blob]  # an int: one reader, nothing to sum
@@ -369,8 +375,8 @@ class BackwardPass(CopyOnWrite):
         frontier = self.frontier
         grad_frontier = self.gradient_frontier
         exact = False
-        for gop in ops:
-            for name in gop.input[:]:
+        for gop_ins in op_ins:
+            for name in gop_ins:
                 at = g_out_names.get(name)
                 if at is not None:
                     out = outputs[at]
@@ -404,7 +410,14 @@ class BackwardPass(CopyOnWrite):
                 grad_frontier[name] = in_versions[name]
                 input_to_grad[name] = grad
                 if owners is not None:
-                    own(owners, grad, name)
+                    if type(grad) is not str:
+                        own(owners, grad, name)
+                    else:  # own(), inlined for its common cases: no holder, or this blob
+                        held = owners.get(grad)
+                        if held is None:
+                            owners[grad] = name
+                        elif held != name:
+                            own(owners, grad, name)
         else:
             new_map: dict[str, GradValue] = {}
             k = 0
@@ -419,7 +432,11 @@ class BackwardPass(CopyOnWrite):
             input_to_grad.update(new_map)
             if owners is not None:
                 for name, grad in new_map.items():
-                    if grad is not None:
+                    if grad is None:
+                        continue
+                    if type(grad) is str and grad not in owners:  # own(), its common case
+                        owners[grad] = name
+                    else:
                         own(owners, grad, name)
         grad_ops.extend(ops)
 

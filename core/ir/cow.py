@@ -30,10 +30,12 @@ class CopyOnWrite(GradientRecord):
     protected: set[str]
 
     def _shares_incoming(
-        self, idx: int, ops: Sequence[OperatorDef], g_output: Sequence[GradValue],
+        self, idx: int, op_outs: Sequence[Sequence[str]], g_output: Sequence[GradValue],
         g_input: Sequence[GradValue],
     ) -> bool:
         """Whether a gradient op of op ``idx`` may write a gradient blob another blob holds.
+
+        ``op_outs``: the output names of each of op ``idx``'s gradient ops.
 
         Cheap pre-check for :meth:`_protect_incoming` on plain ops (the hot path). A written
         name is clear when nobody holds it and it is not protected, or when its one holder
@@ -43,8 +45,8 @@ class CopyOnWrite(GradientRecord):
         owners = self._owners
         protected = self.protected
         outputs = self.op_outputs[idx]
-        for gop in ops:
-            for n in gop.output:
+        for outs in op_outs:
+            for n in outs:
                 held = owners.get(n)
                 if held is None:
                     if n in protected:
