@@ -50,7 +50,7 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     if suffix == ".json":
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
             raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
         return codec.from_json_obj(obj, caffe2_pb2.NetDef)
     return codec.from_binary(path.read_bytes(), caffe2_pb2.NetDef)

@@ -71,7 +71,7 @@ def read_inputs(path: str | None, randoms: Sequence[str]) -> list[netgrad_pb2.In
     if path:
         try:
             items = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
             raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
         if not isinstance(items, list):
             raise DecodeError(f"{path}: expected a JSON list of inputs like "

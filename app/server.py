@@ -78,8 +78,9 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
     """uvicorn's HTTP protocol (``impl``: ``h11`` or ``httptools``), closing connections
     whose request head is late, and capping connections (when ``max_connections`` > 0, see
     :func:`capped`). With ``httptools``, a request head that grows past
-    :data:`MAX_HEADER_BYTES` is also answered 400 and closed (h11 does that itself, through
-    ``h11_max_incomplete_event_size``).
+    :data:`MAX_HEADER_BYTES` (its URL and headers, counted as the parser delivers them,
+    whatever the reads) is also answered 400 and closed; h11 does that itself, through
+    ``h11_max_incomplete_event_size``, for a head still incomplete past that size.
 
     Args:
         header_timeout_s: seconds from the connection's start to a complete request head.
@@ -96,8 +97,11 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
 
     class Guarded(base):
         _head_timer: asyncio.TimerHandle | None = None
-        _head_pending = True  # bytes arrive for a request head not yet complete
-        _head_bytes = 0
+        _head_pending = True  # httptools: the next bytes belong to a request head
+        _head_moved = False  # httptools: the parser called back during this read
+        _head_bytes = 0  # httptools: bytes of the current request head so far
+        _head_partial = 0  # httptools: of which whole reads inside a header not yet complete
+        _head_too_large = False
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -133,35 +137,77 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
             if self.cycle is not before:
                 self._disarm()
 
-        # httptools: the parser says so, and the head's size is bounded here.
+        # httptools: the parser says where heads and messages begin and end. A head's size
+        # is the bytes of its URL and of every complete header (counted as the parser
+        # hands them over), plus whole reads that fall inside one long header (no
+        # callback); past MAX_HEADER_BYTES the parse stops with a 400.
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._head_pending = True
-            self._head_bytes = 0
+            self._head_moved = True
+            self._head_bytes = self._head_partial = 0
+
+        def on_url(self, url: bytes) -> None:
+            super().on_url(url)
+            self._head_moved = True
+            self._add_head(len(url))
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            super().on_header(name, value)
+            self._head_moved = True
+            # reads counted whole inside this header are part of it
+            self._add_head(len(name) + len(value) + 4 - self._head_partial)
+            self._head_partial = 0
+
+        def _add_head(self, n: int) -> None:
+            self._head_bytes += max(n, 0)
+            if self._head_bytes > MAX_HEADER_BYTES:
+                import httptools
+
+                self._head_too_large = True
+                raise httptools.HttpParserError("request head too large")
+
+        def send_400_response(self, msg: str) -> None:
+            super().send_400_response("Request head too large." if self._head_too_large
+                                      else msg)
 
         def on_headers_complete(self) -> None:
             self._head_pending = False
+            self._head_moved = True
             self._disarm()
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            # The next bytes are the next request's head (a body the app did not read
+            # counted as body until here).
+            self._head_pending = True
+            self._head_moved = True
+            if self.cycle is not None and self.cycle.response_complete and not (
+                    self.transport.is_closing()):
+                self._arm(keep_alive_s + header_timeout_s)
 
         def data_received(self, data: bytes) -> None:
             if impl != "httptools":
                 super().data_received(data)
                 return
-            pending_before = self._head_pending
+            in_head = self._head_pending
+            self._head_moved = False
             super().data_received(data)
-            if self._head_pending and pending_before and not self.transport.is_closing():
+            if in_head and self._head_pending and not self._head_moved and not (
+                    self.transport.is_closing()):
+                self._head_partial += len(data)
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEADER_BYTES:
+                    self._head_too_large = True
                     self.send_400_response("Request head too large.")
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            if impl == "httptools" and not self._head_pending:
+                return  # the request's body is still coming: on_message_complete arms
             if not self.transport.is_closing() and (
                 self.cycle is None or self.cycle.response_complete
             ):
-                self._head_pending = True
-                self._head_bytes = 0
                 self._arm(keep_alive_s + header_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:

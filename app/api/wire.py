@@ -155,6 +155,8 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
         raise LimitExceededError.at(
             "JSON body is nested too deeply to parse", code="nesting_too_deep"
         ) from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (4 300)
+        raise DecodeError.at(f"body is not valid JSON: {exc}", code="invalid_json") from exc
 
     # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
     # neither key (nor a \u escape, which could spell one) has none to depth-check.

@@ -9,6 +9,8 @@ the first are answered on the same connection.
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import time
 from urllib.parse import urlsplit
@@ -28,7 +30,8 @@ def _address(url: str) -> tuple[str, int]:
 
 
 def _read_all(s: socket.socket, seconds: float) -> bytes:
-    """What the server sends until it closes the connection (or ``seconds`` pass)."""
+    """What the server sends until it closes (or resets) the connection, then ``<closed>``;
+    or what it sent in ``seconds``."""
     s.settimeout(0.2)
     out = b""
     end = time.monotonic() + seconds
@@ -37,8 +40,8 @@ def _read_all(s: socket.socket, seconds: float) -> bytes:
             chunk = s.recv(65536)
         except TimeoutError:
             continue
-        except OSError:
-            break
+        except OSError:  # reset: the server closed with our bytes still unread
+            return out + b"<closed>"
         if not chunk:
             return out + b"<closed>"
         out += chunk
@@ -85,3 +88,60 @@ def test_guards_hold_for_each_parser(impl: str) -> None:
         assert HEADER_TIMEOUT_S - 0.5 <= waited <= HEADER_TIMEOUT_S + 5
 
         assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+
+
+def _statuses(answer: bytes) -> list[int]:
+    """Status codes of the HTTP/1.1 answers in ``answer``, in order."""
+    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
+
+
+@pytest.mark.parametrize("impl", ["httptools", "h11"])
+def test_pipelined_and_early_answered_requests_are_not_taken_for_long_heads(impl: str) -> None:
+    """Review findings F2, F3 and F1: a large body followed, in the same read, by the start
+    of the next request's head; a body sent after the app already answered; a JSON number
+    of 5 000 digits (a 400, never a 500)."""
+    big = json.dumps({"net": {"name": "n" * 100_000, "op": [
+        {"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"]}).encode()
+    post = (b"POST /v1/gradients/net HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(big)).encode() + b"\r\n\r\n" + big)
+    with live({"NETGRAD_HTTP": impl}) as server:
+        addr = _address(server.url)
+        with socket.create_connection(addr, timeout=5) as s:
+            s.sendall(post + b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+            time.sleep(0.5)
+            s.sendall(b"\r\n")
+            answer = _read_all(s, 3.0)
+        assert _statuses(answer) == [200, 200], answer[:300]
+
+        with socket.create_connection(addr, timeout=5) as s:  # answered before the body
+            s.sendall(b"POST /no-such-route HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n")
+            time.sleep(0.5)
+            s.sendall(b"z" * 200_000 + b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = _read_all(s, 3.0)
+        assert _statuses(answer) == [404, 200], answer[:300]
+
+        huge = b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"], "arg": [' \
+               b'{"name": "a", "i": ' + b"1" * 5000 + b'}]}]}, "ys": ["y"]}'
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            r = client.post("/v1/gradients/net", content=huge,
+                            headers={"Content-Type": "application/json"})
+            assert r.status_code == 400, r.text
+            assert r.json()["errors"][0]["code"] == "invalid_json"
+            assert client.get("/livez").status_code == 200  # the connection is still served
+
+
+def test_httptools_counts_a_long_head_sent_in_one_piece() -> None:
+    """With httptools the cap holds however the head arrives: 70 KB of headers in one send
+    is a 400 (h11 only caps a head still incomplete after its buffer)."""
+    with live({"NETGRAD_HTTP": "httptools"}) as server:
+        head = b"GET /livez HTTP/1.1\r\nHost: x\r\n" + b"".join(
+            b"X-F%d: " % k + b"a" * 990 + b"\r\n" for k in range(70)) + b"\r\n"
+        with socket.create_connection(_address(server.url), timeout=5) as s:
+            s.sendall(head)
+            answer = _read_all(s, 5.0)
+        assert _statuses(answer) == [400], answer[:200]
+        assert b"Request head too large." in answer
+        short = b"GET /livez HTTP/1.1\r\nHost: x\r\n" + b"X-F: " + b"a" * 60_000 + b"\r\n\r\n"
+        with socket.create_connection(_address(server.url), timeout=5) as s:
+            s.sendall(short)  # under the cap: answered
+            assert _statuses(_read_all(s, 1.5)) == [200]

@@ -93,6 +93,8 @@ def _parse_net(data: bytes, content_type: str) -> caffe2_pb2.NetDef:
             raise DecodeError(f"the file is not valid JSON: {exc}") from exc
         except RecursionError as exc:
             raise DecodeError("the JSON file is nested too deeply") from exc
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise DecodeError(f"the file is not valid JSON: {exc}") from exc
         if isinstance(obj, dict) and "net" in obj and "op" not in obj:
             obj = obj["net"]  # a request file: take its net
         return codec.from_json_obj(obj, caffe2_pb2.NetDef)
