@@ -210,6 +210,9 @@ def from_json(obj: Any, cls: type[message.Message]) -> message.Message:
     """``cls`` from a ``json.loads`` value, equal to what ``json_format.ParseDict`` builds
     (with :data:`~api_schemas.TEXT_BYTES_FIELDS` as text).
 
+    ``obj`` must be what ``json.loads`` returns (dicts, lists, str, int, float, bool,
+    None): upb would also take ``bytes`` for a string field, which JSON cannot hold.
+
     Raises:
         Fallback: ``json_format`` must decide (it may accept the value, or word an error).
     """
