@@ -167,8 +167,19 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
                 raise httptools.HttpParserError("request head too large")
 
         def send_400_response(self, msg: str) -> None:
-            super().send_400_response("Request head too large." if self._head_too_large
-                                      else msg)
+            if not self._head_too_large:
+                super().send_400_response(msg)
+                return
+            # Not a malformed request: a 431 problem document, like the app's own answers.
+            problem = problem_response(
+                431, "request_head_too_large",
+                f"the request head (request line and headers) is over {MAX_HEADER_BYTES} "
+                "bytes; send fewer or shorter headers", [], close=True)
+            head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
+            for name, value in [*self.server_state.default_headers, *problem.raw_headers]:
+                head.append(name + b": " + value + b"\r\n")
+            self.transport.write(b"".join(head) + b"\r\n" + bytes(problem.body))
+            self.transport.close()
 
         def on_headers_complete(self) -> None:
             self._head_pending = False

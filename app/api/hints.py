@@ -254,6 +254,7 @@ def not_found_hint(path: str, method: str, routes: Iterable[tuple[str, set[str]]
     if path in table and method not in table[path]:
         methods = "/".join(sorted(table[path]))
         msg = ROUTE_MESSAGES.get(path)
-        what = f" with a {msg.name} body" if msg is not None else ""
+        article = "an" if msg is not None and msg.name[:1] in "AEIOU" else "a"
+        what = f" with {article} {msg.name} body" if msg is not None else ""
         return f"{method} {path} is not served; use {methods} {path}{what}"
     return None

@@ -138,12 +138,22 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
     kwargs: dict[str, Any] = {}
     inlined: dict[str, dict[str, Any]] = {}
     given: set[str] = set()
+    spelled: dict[str, str] = {}  # field name -> the JSON key that gave it
     for key, value in obj.items():
         entry = keys.get(key)
         here = f"{path}.{key}" if path else key
         if entry is None:
             problems.append(_Invalid("unknown_field", here, "unknown field").diagnostic)
             continue
+        if entry.field.name in spelled:  # e.g. g_output and gOutput
+            if obj[spelled[entry.field.name]] != value:  # the same value twice is no doubt
+                problems.append(_Invalid(
+                    "invalid_field", here,
+                    f"given twice with different values (also as "
+                    f"{spelled[entry.field.name]!r}); give it once",
+                ).diagnostic)
+            continue
+        spelled[entry.field.name] = key
         if value is None:
             continue  # null = unset, as in protobuf's JSON mapping
         given.add(entry.field.name)

@@ -141,10 +141,39 @@ def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
     return msg
 
 
+class _DuplicateKey(Exception):
+    """A JSON object gives one key twice (its value would be silently lost)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object, or :class:`_DuplicateKey` (as protobuf's own
+    ``json_format.Parse`` refuses duplicated keys)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
 def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
     text = body.text or ""
+    if not text.strip():
+        raise DecodeError.at(
+            f"the body is empty: send a {cls.DESCRIPTOR.name} JSON object (see GET /docs)",
+            code="invalid_json")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise DecodeError.at(
+            f"body gives the key {exc.key!r} twice in one JSON object; give each field once",
+            code="duplicate_key") from exc
     except json.JSONDecodeError as exc:
         from app.api.hints import PBTXT_HINT
 
@@ -156,7 +185,9 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             "JSON body is nested too deeply to parse", code="nesting_too_deep"
         ) from exc
     except ValueError as exc:  # an integer of more digits than Python converts (4 300)
-        raise DecodeError.at(f"body is not valid JSON: {exc}", code="invalid_json") from exc
+        raise DecodeError.at(
+            "body holds an integer of more than 4300 digits, which no field can take",
+            code="invalid_json") from exc
 
     # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
     # neither key (nor a \u escape, which could spell one) has none to depth-check.

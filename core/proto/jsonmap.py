@@ -138,11 +138,19 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
     if not isinstance(obj, dict):
         return obj
     out = dict(obj)
+    spelled: dict[str, str] = {}
     for key, val in obj.items():
         field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
-        if field is None or val is None:
+        if field is None:
             continue
         here = f"{where}.{field.name}" if where else field.name
+        if field.name in spelled and obj[spelled[field.name]] != val:
+            # json_format would let the later one win (or merge): refuse the doubt
+            raise DecodeError(f"{here} is given twice with different values (as "
+                              f"{spelled[field.name]!r} and {key!r}); give it once")
+        spelled[field.name] = key
+        if val is None:
+            continue
         if (desc.full_name, field.name) in TEXT_BYTES_FIELDS:
             out[key] = [fix(v, here) for v in val] if isinstance(val, list) else fix(val, here)
         elif field.message_type is not None:
