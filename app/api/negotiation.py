@@ -321,7 +321,13 @@ def _too_large(limit: int, what: str) -> LimitExceededError:
     )
 
 
-def json_bytes(obj: Any) -> bytes:
+#: Answers whose binary form is larger go to ``json.dumps``: orjson reserves about 260
+#: bytes of address space per list element while it writes (8 M integers: 2.1 GB), and a
+#: failed reservation crashes the process instead of raising ``MemoryError``.
+ORJSON_MAX_BYTES = 1024 * 1024
+
+
+def json_bytes(obj: Any, size_hint: int = 0) -> bytes:
     """Compact, deterministic UTF-8 JSON (dict insertion order is kept), by orjson.
 
     ``obj`` is built from messages: it may share dicts but never holds a cycle, and its
@@ -333,9 +339,16 @@ def json_bytes(obj: Any) -> bytes:
     sub-nets), integers beyond 64 bits - ``json.dumps`` writes, with the same separators;
     the same ``obj`` always takes the same way, so answers stay byte-identical.
 
+    ``size_hint``: the binary size of the message ``obj`` was printed from (its
+    ``ByteSize()``); above :data:`ORJSON_MAX_BYTES` ``json.dumps`` writes it.
+
     Raises:
         ValueError: a non-finite float reached ``json.dumps``.
+        MemoryError: from ``json.dumps``, for an answer too large to write.
     """
+    if size_hint > ORJSON_MAX_BYTES:
+        return json.dumps(obj, ensure_ascii=False, check_circular=False, separators=(",", ":"),
+                          allow_nan=False).encode()
     try:
         return orjson.dumps(obj)
     except TypeError:

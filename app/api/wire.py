@@ -377,4 +377,5 @@ def respond(body: Body, msg: message.Message) -> Response:
     observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)
-    return Response(json_bytes(jsonmap.encode(msg)), media_type=Media.JSON.value)
+    return Response(json_bytes(jsonmap.encode(msg), size_hint=msg.ByteSize()),
+                    media_type=Media.JSON.value)

@@ -384,7 +384,7 @@ def _diagnose(env: GenEnv, op: OperatorDef, spec: RnnSpec, back: NetDef, params:
     """Step-workspace, recompute and regeneration diagnostics (issue 9, "Diagnostics")."""
     idx = env.op_index
     recompute = set(spec.recompute)
-    link_blobs = {lk.internal for lk in spec.links}
+    link_blobs = dict.fromkeys(lk.internal for lk in spec.links)  # ordered: same answer bytes
     kept = [n for n in dict.fromkeys([*link_blobs, *(o for f in plan.step.op for o in f.output)])
             if n not in recompute]
     env.warn(

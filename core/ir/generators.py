@@ -229,8 +229,10 @@ class GradientRecord(VersionedSSA):
 
     def _consumers(self, usage: Sequence[int]) -> str:
         """``op[i]:Type`` of each reader (sub-net path included), for error messages."""
+        n = len(self.op_types)  # a reader at index n is the seed of a gradient asked for
         return ", ".join(
-            self.env.op_path(i + self.offset, self.op_types[i]) for i in usage
+            self.env.op_path(i + self.offset, self.op_types[i]) if i < n
+            else "the gradient asked for in ys" for i in usage
         )
 
     @staticmethod

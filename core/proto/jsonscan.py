@@ -12,6 +12,7 @@ holds
   as far as it has been read, e.g. ``op[3]:If/then_net/op[0]:Do/net``): a sub-net is the
   object of an ``"n"`` key or an element of a ``"nets"`` array (``Argument.n`` /
   ``Argument.nets``, :mod:`core.proto.limits`);
+* objects and arrays nested more than :data:`MAX_NESTING` deep (422 ``nesting_too_deep``);
 * more JSON objects and arrays than ``max_containers`` (413 ``too_many_values``): junk that
   is no net at all is refused before it is materialised.
 
@@ -33,6 +34,10 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[{}\[\]:]')
 _STRING_END = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"')
 #: Bytes of a string kept as a possible key or op type / argument name.
 _KEEP = 256
+#: Deepest nesting of JSON objects and arrays scanned (each open one holds a frame): far
+#: above what sub-nets at the decoders' depth limit take (about six per level), and far
+#: below what would make the scan's own memory matter.
+MAX_NESTING = 5_000
 
 
 @dataclass
@@ -158,6 +163,11 @@ class JsonScan:
 
     # -- containers -------------------------------------------------------------------------
     def _open(self, is_object: bool) -> None:
+        if len(self._stack) >= MAX_NESTING:  # one frame per open bracket: bound them
+            raise LimitExceededError.at(
+                f"the JSON body nests objects and arrays more than {MAX_NESTING} levels deep",
+                code="nesting_too_deep",
+            )
         self.containers += 1
         if self.containers > self.max_containers:
             raise LimitExceededError.at(
