@@ -201,6 +201,8 @@ def _append(p: Diagnostic, hint: str) -> Diagnostic:
 
 def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
     path = p.path or ""
+    if p.code == "unknown_field" and "did you mean" in p.message:
+        return None  # the engine named the nearest field already (Caffe2 messages)
     if p.code == "unknown_field" and path and "." not in path and "[" not in path:
         if route == "/v1/jobs" and unknown <= _job_inner_fields():  # a bare verify/run body
             return JOB_HINT

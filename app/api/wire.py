@@ -203,6 +203,11 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             return codec.from_json_obj(value, msg_cls, owned=True,
                                        check_nested=check if may_nest else None)
         except DecodeError as exc:
+            inner = exc.problems[0] if exc.problems else None
+            if inner is not None and inner.path:  # located below the field (unknown key)
+                full = f"{path}.{inner.path}"
+                raise DecodeError.at(f"{path}.{exc.message}", path=full,
+                                     code=inner.code) from exc
             raise DecodeError.at(f"{path}: {exc.message}", path=path,
                                  code="invalid_message") from exc
 

@@ -15,6 +15,8 @@ definition of the mapping and words every error.
 from __future__ import annotations
 
 import base64
+import difflib
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -114,13 +116,45 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         return json_format.ParseDict(
             work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
         )
-    except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+    except json_format.ParseError as exc:
+        unknown = _unknown_field(exc, cls)
+        if unknown is not None:
+            raise unknown from exc
+        raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
             "where a JSON object is expected"
         ) from exc
+
+
+#: json_format's words for an unknown key, with the path of the message that holds it.
+_UNKNOWN = re.compile(r'Message type "(?P<type>[\w.]+)" has no field named "(?P<name>[^"]*)" '
+                      r'at "(?P<at>[^"]*)"')
+
+
+def _unknown_field(exc: Exception, cls: type[message.Message]) -> DecodeError | None:
+    """An unknown key as a problem with its path below ``cls`` (``op[0].arg[0].n.op[0].foo``)
+    and the message type's field names (json_format names the path inside its text)."""
+    found = _UNKNOWN.search(str(exc))
+    if found is None:
+        return None
+    name, at = found["name"], found["at"]
+    inner = at.split(".", 1)[1] if "." in at else ""  # drop the top type's name
+    path = f"{inner}.{name}" if inner else name
+    try:
+        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(found["type"])
+        fields = [f.name for f in desc.fields]
+    except KeyError:
+        fields = []
+    close = difflib.get_close_matches(name, fields, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    text = f"{path}: unknown field of {found['type']}{hint}"
+    if fields:
+        text += f" (its fields: {', '.join(fields)})"
+    return DecodeError.at(text, path=path, code="unknown_field")
 
 
 def _b64_to_text(value: str, where: str) -> str:

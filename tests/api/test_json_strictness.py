@@ -81,3 +81,18 @@ def test_both_spellings_with_one_value_are_accepted(client: TestClient) -> None:
     r = client.post("/v1/gradients/op", headers=JSON,
                     content=f'{{"op": {OP}, "gOutput": ["y_g"], "g_output": ["y_g"]}}'.encode())
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("body, path, near", [
+    ('{"net": {"op": [{"type": "Do", "input": ["a", "W"], "output": ["b", "W"], "arg": ['
+     '{"name": "net", "n": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"], '
+     '"tpye": 1}]}}]}]}, "ys": ["b"]}', "net.op[0].arg[0].n.op[0].tpye", "type"),
+    ('{"net": {"op": [' + OP + '], "extrenal_input": ["x"]}, "ys": ["y"]}',
+     "net.extrenal_input", "external_input"),
+])
+def test_an_unknown_key_inside_a_net_is_named_by_its_path(client: TestClient, body: str,
+                                                          path: str, near: str) -> None:
+    doc = _problem(client, "/v1/gradients/net", body)
+    (err,) = doc["errors"]
+    assert err["code"] == "unknown_field" and err["path"] == path
+    assert err["message"].count("did you mean") == 1 and f"'{near}'" in err["message"]
