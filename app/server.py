@@ -79,7 +79,8 @@ def guarded_protocol(header_timeout_s: float, keep_alive_s: float, max_connectio
     whose request head is late, and capping connections (when ``max_connections`` > 0, see
     :func:`capped`). With ``httptools``, a request head that grows past
     :data:`MAX_HEADER_BYTES` (its URL and headers, counted as the parser delivers them,
-    whatever the reads) is also answered 400 and closed; h11 does that itself, through
+    whatever the reads) is also answered with a 431 problem document and closed; h11
+    answers 400 itself, through
     ``h11_max_incomplete_event_size``, for a head still incomplete past that size.
 
     Args:

@@ -346,11 +346,10 @@ def json_bytes(obj: Any, size_hint: int = 0) -> bytes:
         ValueError: a non-finite float reached ``json.dumps``.
         MemoryError: from ``json.dumps``, for an answer too large to write.
     """
-    if size_hint > ORJSON_MAX_BYTES:
-        return json.dumps(obj, ensure_ascii=False, check_circular=False, separators=(",", ":"),
-                          allow_nan=False).encode()
-    try:
-        return orjson.dumps(obj)
-    except TypeError:
-        return json.dumps(obj, ensure_ascii=False, check_circular=False, separators=(",", ":"),
-                          allow_nan=False).encode()
+    if size_hint <= ORJSON_MAX_BYTES:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:
+            pass
+    return json.dumps(obj, ensure_ascii=False, check_circular=False, separators=(",", ":"),
+                      allow_nan=False).encode()

@@ -276,10 +276,8 @@ def _float(v: float) -> Any:
     found = _SHORTEST.get(v)
     if found is not None and v:  # 0.0 and -0.0 are one key, but print apart
         return found
-    if math.isinf(v):
-        return "-Infinity" if v < 0 else "Infinity"
-    if v != v:
-        return "NaN"
+    if not math.isfinite(v):
+        return _double(v)
     short = type_checkers.ToShortestFloat(v)
     if len(_SHORTEST) >= _SHORTEST_MAX:
         _SHORTEST.clear()
