@@ -122,6 +122,11 @@ def _field_paths(route: str) -> dict[str, str]:
     return out
 
 
+def article(name: str) -> str:
+    """``a`` or ``an`` before a message name (``an OpGradientRequest``)."""
+    return "an" if name[:1] in "AEIOU" else "a"
+
+
 def _did_you_mean(name: str, route: str, top_level: bool) -> str | None:
     """``did you mean `x`?`` for an unknown field ``name``; at the top level of the request,
     a field that belongs deeper is named by its dotted path (``tolerances.atol``)."""
@@ -256,7 +261,6 @@ def not_found_hint(path: str, method: str, routes: Iterable[tuple[str, set[str]]
     if path in table and method not in table[path]:
         methods = "/".join(sorted(table[path]))
         msg = ROUTE_MESSAGES.get(path)
-        article = "an" if msg is not None and msg.name[:1] in "AEIOU" else "a"
-        what = f" with {article} {msg.name} body" if msg is not None else ""
+        what = f" with {article(msg.name)} {msg.name} body" if msg is not None else ""
         return f"{method} {path} is not served; use {methods} {path}{what}"
     return None

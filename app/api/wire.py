@@ -165,8 +165,11 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
     text = body.text or ""
     if not text.strip():
+        from app.api.hints import article
+
         raise DecodeError.at(
-            f"the body is empty: send a {cls.DESCRIPTOR.name} JSON object (see GET /docs)",
+            f"the body is empty: send {article(cls.DESCRIPTOR.name)} {cls.DESCRIPTOR.name} "
+            "JSON object (see GET /docs)",
             code="invalid_json")
     try:
         obj = json.loads(text, object_pairs_hook=_unique_pairs)

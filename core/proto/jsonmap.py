@@ -180,8 +180,9 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
         here = f"{where}.{field.name}" if where else field.name
         if field.name in spelled and obj[spelled[field.name]] != val:
             # json_format would let the later one win (or merge): refuse the doubt
-            raise DecodeError(f"{here} is given twice with different values (as "
-                              f"{spelled[field.name]!r} and {key!r}); give it once")
+            raise DecodeError.at(f"{here} is given twice with different values (as "
+                                 f"{spelled[field.name]!r} and {key!r}); give it once",
+                                 path=here, code="invalid_field")
         spelled[field.name] = key
         if val is None:
             continue
@@ -189,7 +190,8 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
             out[key] = [fix(v, here) for v in val] if isinstance(val, list) else fix(val, here)
         elif field.message_type is not None:
             if isinstance(val, list):
-                out[key] = [_walk_text_fields(v, field.message_type, fix, here) for v in val]
+                out[key] = [_walk_text_fields(v, field.message_type, fix, f"{here}[{k}]")
+                            for k, v in enumerate(val)]
             else:
                 out[key] = _walk_text_fields(val, field.message_type, fix, here)
     return out

@@ -58,11 +58,17 @@ def test_both_spellings_of_a_caffe2_field_are_refused(client: TestClient) -> Non
     net = ('{"op": [' + OP + '], "external_input": ["x"], "externalInput": ["zz"]}')
     doc = _problem(client, "/v1/gradients/net", f'{{"net": {net}, "ys": ["y"]}}')
     assert "external_input is given twice" in doc["detail"]
+    net = ('{"op": [' + OP + ', {"type": "Relu", "input": ["x"], "output": ["z"], '
+           '"is_gradient_op": true, "isGradientOp": false}]}')
+    doc = _problem(client, "/v1/gradients/net", f'{{"net": {net}, "ys": ["z"]}}')
+    assert doc["errors"][0]["path"] == "net.op[1].is_gradient_op"
 
 
 def test_empty_body_and_huge_integer_say_what_is_wrong(client: TestClient) -> None:
     doc = _problem(client, "/v1/gradients/net", "  ")
-    assert "the body is empty" in doc["detail"] and "NetGradientRequest" in doc["detail"]
+    assert "the body is empty" in doc["detail"] and "a NetGradientRequest" in doc["detail"]
+    doc = _problem(client, "/v1/gradients/op", "")
+    assert "an OpGradientRequest" in doc["detail"]
     body = ('{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"], "arg": '
             '[{"name": "a", "i": ' + "1" * 5000 + '}]}]}, "ys": ["y"]}')
     doc = _problem(client, "/v1/gradients/net", body)
