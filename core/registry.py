@@ -38,6 +38,7 @@ from core.maker import GradientMaker, warn_dropped
 from core.maker import find_arg as find_arg
 from core.maker import make_arg as make_arg
 from core.maker import make_op as make_op
+from core.template import GradTemplate
 from core.types import GradientSlice, GradValue
 
 if TYPE_CHECKING:
@@ -445,41 +446,38 @@ def gradient_for_op_read(
         raise GradientError(
             f"g_output has {len(g_output)} entries but {op.type} has {len(output_names)} outputs"
         )
-    m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
+    maker = e.maker
     if e.raw_maker:
-        ops = e.maker(m)
+        m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
+        ops = maker(m)
+        g_input, input_reads = m.g_input, m.input_reads
     else:
         reason = e.schema.verify(op, input_names, output_names)
         if reason is not None:
             raise InvalidNetError(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
-        ops = e.maker(m)
-        if (
-            (e.copy_device_option and op.HasField("device_option"))
-            or (e.copy_engine and op.HasField("engine"))
-            or (e.copy_arguments and len(op.arg))
-        ):
+        tmpl = maker if isinstance(maker, GradTemplate) else None
+        built = tmpl.build(op_type, g_output, input_names, output_names) if tmpl else None
+        if tmpl is not None and built is not None:  # a one-line maker, made directly
+            gop, g_input, input_reads, ins, outs = built
+            ops = [gop]
             _mark_gradient_ops(op, e, ops)
-        else:  # (what _mark_gradient_ops does then, inlined: the common case)
-            for gop in ops:
-                gop.is_gradient_op = True
-    g_input = m.g_input
+            if env is not None and not tmpl.reads_every_output_gradient(len(g_output)):
+                _check_dropped(op_type, g_output, output_names, [ins], g_input, env)
+            # (g_input has one dense name or None per input: the checks below hold)
+            return ops, g_input, input_reads, [ins], [outs]
+        m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
+        ops = maker(m)
+        g_input, input_reads = m.g_input, m.input_reads
+        _mark_gradient_ops(op, e, ops)
     op_ins: list[list[str]] = []
     op_outs: list[list[str]] = []
     for gop in ops:
         op_ins.append(gop.input[:])
         op_outs.append(gop.output[:])
     if env is not None:  # (the status is GRADIENT here)
-        for g in g_output:
-            if g is None or g in g_input:
-                continue
-            for ins in op_ins:
-                if g in ins:
-                    break
-            else:
-                warn_dropped(op.type, g_output, output_names, op_ins, g_input, env)
-                break
+        _check_dropped(op_type, g_output, output_names, op_ins, g_input, env)
     if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
@@ -491,19 +489,43 @@ def gradient_for_op_read(
                 "For sparse gradient, one should set both indices and values. "
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
-    return ops, g_input, m.input_reads, op_ins, op_outs
+    return ops, g_input, input_reads, op_ins, op_outs
+
+
+def _check_dropped(
+    op_type: str,
+    g_output: Sequence[GradValue],
+    output_names: Sequence[str],
+    op_ins: Sequence[Sequence[str]],
+    g_input: Sequence[GradValue],
+    env: Any,
+) -> None:
+    """Run :func:`warn_dropped` when a quick look finds an output gradient nobody reads."""
+    for g in g_output:
+        if g is None or g in g_input:
+            continue
+        for ins in op_ins:
+            if g in ins:
+                break
+        else:
+            warn_dropped(op_type, g_output, output_names, op_ins, g_input, env)
+            break
 
 
 def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
     """Mark a maker's ops as gradient ops and copy the forward op's device option, engine
     and arguments into them, as the entry asks (Caffe2 ``GradientMakerBase::Get``)."""
-    device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
-    engine = op.engine if e.copy_engine and op.HasField("engine") else None
-    args = op.arg if e.copy_arguments and len(op.arg) else None
-    if device is None and engine is None and args is None:
+    if not (
+        (e.copy_device_option and op.HasField("device_option"))
+        or (e.copy_engine and op.HasField("engine"))
+        or (e.copy_arguments and len(op.arg))
+    ):  # the common case: only the mark
         for g in ops:
             g.is_gradient_op = True
         return
+    device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
+    engine = op.engine if e.copy_engine and op.HasField("engine") else None
+    args = op.arg if e.copy_arguments and len(op.arg) else None
     for g in ops:
         g.is_gradient_op = True
         if device is not None:

@@ -25,6 +25,7 @@ from core.registry import (
     register_op,
     schema,
 )
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -138,10 +139,11 @@ def roi_align(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.ascontiguousarray(y).astype(inputs[0].dtype)]
 
 
-@register_gradient("RoIAlign", op_schema=schema(2, 1, inplace=False), doc="RoI align pooling")
-def roi_align_grad(m: GradientMaker) -> list[OperatorDef]:
-    """Caffe2 GetRoIAlignGradient: ``RoIAlignGradient([X, rois, dY] → [dX])``."""
-    return [m.make_op("RoIAlignGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+# Caffe2 GetRoIAlignGradient: ``RoIAlignGradient([X, rois, dY] → [dX])``.
+roi_align_grad = template("RoIAlignGradient", [I(0), I(1), GO(0)], [0])
+register_gradient("RoIAlign", op_schema=schema(2, 1, inplace=False), doc="RoI align pooling")(
+    roi_align_grad
+)
 
 
 @register_kernel("RoIAlignGradient", gradient_op=True)

@@ -15,7 +15,8 @@ import numpy as np
 from api_schemas import caffe2_pb2
 from core.ops._args import get_bool, get_float, get_int, get_order
 from core.ops._args import kernel_error as _fail
-from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.registry import register_gradient, register_kernel, schema
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -133,12 +134,11 @@ def roi_align_rotated(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [np.ascontiguousarray(y).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``RoIAlignRotatedGradient([X, rois, dY] → [dX])``.
+roi_align_rotated_grad = template("RoIAlignRotatedGradient", [I(0), I(1), GO(0)], [0])
+register_gradient(
     "RoIAlignRotated", op_schema=schema(2, 1, inplace=False), doc="RoI align, rotated boxes"
-)
-def roi_align_rotated_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``RoIAlignRotatedGradient([X, rois, dY] → [dX])``."""
-    return [m.make_op("RoIAlignRotatedGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(roi_align_rotated_grad)
 
 
 @register_kernel("RoIAlignRotatedGradient", gradient_op=True)

@@ -33,6 +33,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, O, template
 
 Array = np.ndarray[Any, Any]
 
@@ -244,10 +245,10 @@ def mul(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [binary_kernel(op, inputs, np.multiply)]
 
 
-@register_gradient("Mul", op_schema=schema(2, 1, _BINARY_INPLACE))
-def mul_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``MulGradient([dC, A, B] -> [dA, dB])``, forward args copied."""
-    return [m.make_op("MulGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0), m.GI(1)])]
+# ``MulGradient([dC, A, B] -> [dA, dB])``, forward args copied.
+mul_grad = register_gradient("Mul", op_schema=schema(2, 1, _BINARY_INPLACE))(
+    template("MulGradient", [GO(0), I(0), I(1)], [0, 1])
+)
 
 
 @register_kernel("MulGradient", gradient_op=True)
@@ -376,10 +377,8 @@ def scale(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.asarray(x * get_float(op, "scale", 1.0)).astype(_float_like(x), copy=False)]
 
 
-@register_gradient("Scale", op_schema=schema(1, 1))
-def scale_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Scale([dY] -> [dX])`` with ``scale`` copied from the forward op."""
-    return [m.make_op("Scale", [m.GO(0)], [m.GI(0)])]
+# ``Scale([dY] -> [dX])`` with ``scale`` copied from the forward op.
+scale_grad = register_gradient("Scale", op_schema=schema(1, 1))(template("Scale", [GO(0)], [0]))
 
 
 # --- Pow -------------------------------------------------------------------------------------
@@ -508,10 +507,10 @@ def exp(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         return [np.exp(x.astype(_float_like(x), copy=False))]
 
 
-@register_gradient("Exp", op_schema=schema(1, 1, [(0, 0)]))
-def exp_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Mul([Y, dY] -> [dX])``."""
-    return [m.make_op("Mul", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``Mul([Y, dY] -> [dX])``.
+exp_grad = register_gradient("Exp", op_schema=schema(1, 1, [(0, 0)]))(
+    template("Mul", [O(0), GO(0)], [0])
+)
 
 
 # --- Log -------------------------------------------------------------------------------------
@@ -526,10 +525,10 @@ def log(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         return [np.log(x.astype(_float_like(x), copy=False))]
 
 
-@register_gradient("Log", op_schema=schema(1, 1, [(0, 0)]))
-def log_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Div([dY, X] -> [dX])``."""
-    return [m.make_op("Div", [m.GO(0), m.I(0)], [m.GI(0)])]
+# ``Div([dY, X] -> [dX])``.
+log_grad = register_gradient("Log", op_schema=schema(1, 1, [(0, 0)]))(
+    template("Div", [GO(0), I(0)], [0])
+)
 
 
 # --- Sqrt ------------------------------------------------------------------------------------
@@ -563,10 +562,10 @@ def abs_(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.abs(_unary(op, inputs))]
 
 
-@register_gradient("Abs", op_schema=schema(1, 1, [(0, 0)]))
-def abs_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``AbsGradient([X, dY] -> [dX])``."""
-    return [m.make_op("AbsGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+# ``AbsGradient([X, dY] -> [dX])``.
+abs_grad = register_gradient("Abs", op_schema=schema(1, 1, [(0, 0)]))(
+    template("AbsGradient", [I(0), GO(0)], [0])
+)
 
 
 @register_kernel("AbsGradient", gradient_op=True)
@@ -586,10 +585,10 @@ def negative(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.negative(_unary(op, inputs))]
 
 
-@register_gradient("Negative", op_schema=schema(1, 1, [(0, 0)]))
-def negative_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Negative([dY] -> [dX])``."""
-    return [m.make_op("Negative", [m.GO(0)], [m.GI(0)])]
+# ``Negative([dY] -> [dX])``.
+negative_grad = register_gradient("Negative", op_schema=schema(1, 1, [(0, 0)]))(
+    template("Negative", [GO(0)], [0])
+)
 
 
 # --- Relu ------------------------------------------------------------------------------------
@@ -603,10 +602,10 @@ def relu(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x > 0, x, np.zeros((), x.dtype))]
 
 
-@register_gradient("Relu", op_schema=schema(1, 1, [(0, 0)]))
-def relu_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ReluGradient([Y, dY] -> [dX])`` (reads the output, so in-place Relu works)."""
-    return [m.make_op("ReluGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``ReluGradient([Y, dY] -> [dX])`` (reads the output, so in-place Relu works).
+relu_grad = register_gradient("Relu", op_schema=schema(1, 1, [(0, 0)]))(
+    template("ReluGradient", [O(0), GO(0)], [0])
+)
 
 
 @register_kernel("ReluGradient", gradient_op=True)
@@ -628,10 +627,10 @@ def leaky_relu(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x >= 0, x, x * alpha).astype(x.dtype, copy=False)]
 
 
-@register_gradient("LeakyRelu", op_schema=schema(1, 1, [(0, 0)]))
-def leaky_relu_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``LeakyReluGradient([Y, dY] -> [dX])``, ``alpha`` copied."""
-    return [m.make_op("LeakyReluGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``LeakyReluGradient([Y, dY] -> [dX])``, ``alpha`` copied.
+leaky_relu_grad = register_gradient("LeakyRelu", op_schema=schema(1, 1, [(0, 0)]))(
+    template("LeakyReluGradient", [O(0), GO(0)], [0])
+)
 
 
 @register_kernel("LeakyReluGradient", gradient_op=True)
@@ -655,10 +654,10 @@ def sigmoid(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)]
 
 
-@register_gradient("Sigmoid", op_schema=schema(1, 1, [(0, 0)]))
-def sigmoid_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SigmoidGradient([Y, dY] -> [dX])``."""
-    return [m.make_op("SigmoidGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``SigmoidGradient([Y, dY] -> [dX])``.
+sigmoid_grad = register_gradient("Sigmoid", op_schema=schema(1, 1, [(0, 0)]))(
+    template("SigmoidGradient", [O(0), GO(0)], [0])
+)
 
 
 @register_kernel("SigmoidGradient", gradient_op=True)
@@ -679,10 +678,10 @@ def tanh(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.tanh(x.astype(_float_like(x), copy=False))]
 
 
-@register_gradient("Tanh", op_schema=schema(1, 1, [(0, 0)]))
-def tanh_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``TanhGradient([Y, dY] -> [dX])`` (output first, spec §5.1)."""
-    return [m.make_op("TanhGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``TanhGradient([Y, dY] -> [dX])`` (output first, spec §5.1).
+tanh_grad = register_gradient("Tanh", op_schema=schema(1, 1, [(0, 0)]))(
+    template("TanhGradient", [O(0), GO(0)], [0])
+)
 
 
 @register_kernel("TanhGradient", gradient_op=True)
@@ -718,16 +717,10 @@ def elementwise_linear(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [(x.reshape(n, d) * a + b).reshape(x.shape)]
 
 
-@register_gradient("ElementwiseLinear", op_schema=schema(3, 1))
-def elementwise_linear_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ElementwiseLinearGradient([dY, X, a] -> [dX, da, db])``, args copied."""
-    return [
-        m.make_op(
-            "ElementwiseLinearGradient",
-            [m.GO(0), m.I(0), m.I(1)],
-            [m.GI(0), m.GI(1), m.GI(2)],
-        )
-    ]
+# ``ElementwiseLinearGradient([dY, X, a] -> [dX, da, db])``, args copied.
+elementwise_linear_grad = register_gradient("ElementwiseLinear", op_schema=schema(3, 1))(
+    template("ElementwiseLinearGradient", [GO(0), I(0), I(1)], [0, 1, 2])
+)
 
 
 @register_kernel("ElementwiseLinearGradient", gradient_op=True)
@@ -762,10 +755,10 @@ def dot_product(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [(x.reshape(n, d) * y.reshape(n, d)).sum(axis=1)]
 
 
-@register_gradient("DotProduct", op_schema=schema(2, 1))
-def dot_product_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``DotProductGradient([X, Y, dZ] -> [dX, dY])``."""
-    return [m.make_op("DotProductGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
+# ``DotProductGradient([X, Y, dZ] -> [dX, dY])``.
+dot_product_grad = register_gradient("DotProduct", op_schema=schema(2, 1))(
+    template("DotProductGradient", [I(0), I(1), GO(0)], [0, 1])
+)
 
 
 @register_kernel("DotProductGradient", gradient_op=True)

@@ -39,6 +39,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, template
 
 Array = np.ndarray[Any, Any]
 
@@ -122,10 +123,11 @@ def expand(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.broadcast_to(x, out).copy()]
 
 
-@register_gradient("Expand", op_schema=schema(2, 1, False), doc="Broadcast X to a shape")
-def expand_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ExpandGradient([dY, X] -> [dX])``; ``shape`` gets no gradient."""
-    return [m.make_op("ExpandGradient", [m.GO(0), m.I(0)], [m.GI(0)])]
+# ``ExpandGradient([dY, X] -> [dX])``; ``shape`` gets no gradient.
+expand_grad = template("ExpandGradient", [GO(0), I(0)], [0])
+register_gradient("Expand", op_schema=schema(2, 1, False), doc="Broadcast X to a shape")(
+    expand_grad
+)
 
 
 @register_kernel("ExpandGradient", gradient_op=True)
@@ -199,10 +201,11 @@ def pad_image(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(outside, np.asarray(value, dtype=x.dtype), y)]
 
 
-@register_gradient("PadImage", op_schema=schema(1, 1, False), doc="Pad the H and W dims of a 4-D X")
-def pad_image_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``PadImageGradient([dY] -> [dX])``, args copied."""
-    return [m.make_op("PadImageGradient", [m.GO(0)], [m.GI(0)])]
+# ``PadImageGradient([dY] -> [dX])``, args copied.
+pad_image_grad = template("PadImageGradient", [GO(0)], [0])
+register_gradient("PadImage", op_schema=schema(1, 1, False), doc="Pad the H and W dims of a 4-D X")(
+    pad_image_grad
+)
 
 
 @register_kernel("PadImageGradient", gradient_op=True)
@@ -245,11 +248,10 @@ def prepend_dim(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [x.reshape((k, x.shape[0] // k) + x.shape[1:]).copy()]
 
 
-@register_gradient("PrependDim", op_schema=schema(1, 1, [(0, 0)]), copy_arguments=False,
-                   doc="Split dim 0 into (dim_size, rest)")
-def prepend_dim_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``MergeDim([dY] -> [dX])``; forward args not copied (Caffe2 ``CopyArguments`` false)."""
-    return [m.make_op("MergeDim", [m.GO(0)], [m.GI(0)])]
+# ``MergeDim([dY] -> [dX])``; forward args not copied (Caffe2 ``CopyArguments`` false).
+prepend_dim_grad = template("MergeDim", [GO(0)], [0])
+register_gradient("PrependDim", op_schema=schema(1, 1, [(0, 0)]), copy_arguments=False,
+                   doc="Split dim 0 into (dim_size, rest)")(prepend_dim_grad)
 
 
 @register_kernel("MergeDim", gradient_op=True)

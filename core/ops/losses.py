@@ -21,6 +21,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -173,12 +174,11 @@ def label_cross_entropy(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nd
     return [(-np.log(np.maximum(picked, LOG_THRESHOLD))).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``LabelCrossEntropyGradient([X, label, dY] → [dX])``.
+label_cross_entropy_grad = template("LabelCrossEntropyGradient", [I(0), I(1), GO(0)], [0])
+register_gradient(
     "LabelCrossEntropy", op_schema=schema(2, 1, inplace=False), doc="cross entropy vs labels"
-)
-def label_cross_entropy_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``LabelCrossEntropyGradient([X, label, dY] → [dX])``."""
-    return [m.make_op("LabelCrossEntropyGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(label_cross_entropy_grad)
 
 
 @register_kernel("LabelCrossEntropyGradient", gradient_op=True)
@@ -247,12 +247,11 @@ def squared_l2_distance(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nd
     return [(0.5 * (diff * diff).sum(axis=1)).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SquaredL2DistanceGradient([X, Y, dD] → [dX, dY])``.
+squared_l2_distance_grad = template("SquaredL2DistanceGradient", [I(0), I(1), GO(0)], [0, 1])
+register_gradient(
     "SquaredL2Distance", op_schema=schema(2, 1, inplace=False), doc="½‖X − Y‖² per row"
-)
-def squared_l2_distance_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SquaredL2DistanceGradient([X, Y, dD] → [dX, dY])``."""
-    return [m.make_op("SquaredL2DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
+)(squared_l2_distance_grad)
 
 
 @register_kernel("SquaredL2DistanceGradient", gradient_op=True)

@@ -18,6 +18,7 @@ from core.ops._args import get_bool, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.ops.losses_extra import sigmoid, softplus
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -79,12 +80,11 @@ def smooth_l1_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
     return [np.array(coef * float(f.sum()), dtype=inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SmoothL1LossGradient([Y_hat, Y, alpha_in, alpha_out, d_loss] → [dY_hat])``.
+smooth_l1_loss_grad = template("SmoothL1LossGradient", [I(0), I(1), I(2), I(3), GO(0)], [0])
+register_gradient(
     "SmoothL1Loss", op_schema=schema(4, 1, inplace=False), doc="Detectron smooth L1 box loss"
-)
-def smooth_l1_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SmoothL1LossGradient([Y_hat, Y, alpha_in, alpha_out, d_loss] → [dY_hat])``."""
-    return [m.make_op("SmoothL1LossGradient", [m.I(0), m.I(1), m.I(2), m.I(3), m.GO(0)], [m.GI(0)])]
+)(smooth_l1_loss_grad)
 
 
 @register_kernel("SmoothL1LossGradient", gradient_op=True)
@@ -138,18 +138,15 @@ def select_smooth_l1_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.
     return [np.array(get_float(op, "scale", 1.0) * float(f.sum()) / norm, dtype=inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SelectSmoothL1LossGradient([Y_hat, Y, L, S, d_loss] → [dY_hat])``.
+select_smooth_l1_loss_grad = template(
+    "SelectSmoothL1LossGradient", [I(0), I(1), I(2), I(3), GO(0)], [0]
+)
+register_gradient(
     "SelectSmoothL1Loss",
     op_schema=schema(4, 1, inplace=False),
     doc="Detectron smooth L1 on selected box locations",
-)
-def select_smooth_l1_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SelectSmoothL1LossGradient([Y_hat, Y, L, S, d_loss] → [dY_hat])``."""
-    return [
-        m.make_op(
-            "SelectSmoothL1LossGradient", [m.I(0), m.I(1), m.I(2), m.I(3), m.GO(0)], [m.GI(0)]
-        )
-    ]
+)(select_smooth_l1_loss_grad)
 
 
 @register_kernel("SelectSmoothL1LossGradient", gradient_op=True)
@@ -195,14 +192,15 @@ def sigmoid_cross_entropy_loss(op: OperatorDef, inputs: list[np.ndarray]) -> lis
     return [np.array(coef * float((care * (softplus(x) - t * x)).sum()), dtype=inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SigmoidCrossEntropyLossGradient([X, targets, d_loss] → [dX])``.
+sigmoid_cross_entropy_loss_grad = template(
+    "SigmoidCrossEntropyLossGradient", [I(0), I(1), GO(0)], [0]
+)
+register_gradient(
     "SigmoidCrossEntropyLoss",
     op_schema=schema(2, 1, inplace=False),
     doc="Detectron RPN objectness loss",
-)
-def sigmoid_cross_entropy_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SigmoidCrossEntropyLossGradient([X, targets, d_loss] → [dX])``."""
-    return [m.make_op("SigmoidCrossEntropyLossGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(sigmoid_cross_entropy_loss_grad)
 
 
 @register_kernel("SigmoidCrossEntropyLossGradient", gradient_op=True)
@@ -266,12 +264,11 @@ def sigmoid_focal_loss(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nda
     return [np.array(coef * float(total), dtype=inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SigmoidFocalLossGradient([X, T, wp, d_loss] → [dX])``.
+sigmoid_focal_loss_grad = template("SigmoidFocalLossGradient", [I(0), I(1), I(2), GO(0)], [0])
+register_gradient(
     "SigmoidFocalLoss", op_schema=schema(3, 1, inplace=False), doc="RetinaNet sigmoid focal loss"
-)
-def sigmoid_focal_loss_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SigmoidFocalLossGradient([X, T, wp, d_loss] → [dX])``."""
-    return [m.make_op("SigmoidFocalLossGradient", [m.I(0), m.I(1), m.I(2), m.GO(0)], [m.GI(0)])]
+)(sigmoid_focal_loss_grad)
 
 
 @register_kernel("SigmoidFocalLossGradient", gradient_op=True)

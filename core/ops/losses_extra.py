@@ -19,6 +19,7 @@ from core.errors import GradientError
 from core.ops._args import get_bool, get_float
 from core.ops._args import kernel_error as _fail
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -101,16 +102,15 @@ def sigmoid_cross_entropy_with_logits(
     return [(-f.reshape(shape + (d,)).sum(-1) / max(d, 1)).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``SigmoidCrossEntropyWithLogitsGradient([dY, logits, targets] → [dlogits])``.
+sigmoid_cross_entropy_with_logits_grad = template(
+    "SigmoidCrossEntropyWithLogitsGradient", [GO(0), I(0), I(1)], [0]
+)
+register_gradient(
     "SigmoidCrossEntropyWithLogits",
     op_schema=schema(2, 1, inplace=False),
     doc="sigmoid cross entropy on logits (log_D_trick, unjoined_lr_loss)",
-)
-def sigmoid_cross_entropy_with_logits_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SigmoidCrossEntropyWithLogitsGradient([dY, logits, targets] → [dlogits])``."""
-    return [
-        m.make_op("SigmoidCrossEntropyWithLogitsGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0)])
-    ]
+)(sigmoid_cross_entropy_with_logits_grad)
 
 
 def _sce_backward(
@@ -151,20 +151,15 @@ def weighted_sigmoid_cross_entropy_with_logits(
     return [(-f.reshape(shape + (d,)).sum(-1) / max(d, 1)).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``WeightedSigmoidCrossEntropyWithLogitsGradient([dY, logits, targets, weights] → [dX])``.
+weighted_sigmoid_cross_entropy_with_logits_grad = template(
+    "WeightedSigmoidCrossEntropyWithLogitsGradient", [GO(0), I(0), I(1), I(2)], [0]
+)
+register_gradient(
     "WeightedSigmoidCrossEntropyWithLogits",
     op_schema=schema(3, 1, inplace=False),
     doc="weighted sigmoid cross entropy on logits",
-)
-def weighted_sigmoid_cross_entropy_with_logits_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``WeightedSigmoidCrossEntropyWithLogitsGradient([dY, logits, targets, weights] → [dX])``."""
-    return [
-        m.make_op(
-            "WeightedSigmoidCrossEntropyWithLogitsGradient",
-            [m.GO(0), m.I(0), m.I(1), m.I(2)],
-            [m.GI(0)],
-        )
-    ]
+)(weighted_sigmoid_cross_entropy_with_logits_grad)
 
 
 @register_kernel("WeightedSigmoidCrossEntropyWithLogitsGradient", gradient_op=True)
@@ -201,12 +196,11 @@ def cross_entropy(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
     return [(-(lab * np.log(np.maximum(x2, LOG_THRESHOLD))).sum(1)).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``CrossEntropyGradient([X, label, dY] → [dX])``.
+cross_entropy_grad = template("CrossEntropyGradient", [I(0), I(1), GO(0)], [0])
+register_gradient(
     "CrossEntropy", op_schema=schema(2, 1, inplace=False), doc="cross entropy vs soft labels"
-)
-def cross_entropy_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``CrossEntropyGradient([X, label, dY] → [dX])``."""
-    return [m.make_op("CrossEntropyGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(cross_entropy_grad)
 
 
 @register_kernel("CrossEntropyGradient", gradient_op=True)
@@ -235,10 +229,11 @@ def make_two_class(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
     return [np.stack([1 - x, x], axis=-1).astype(x.dtype)]
 
 
-@register_gradient("MakeTwoClass", op_schema=schema(1, 1, inplace=False), doc="[1 − p, p] columns")
-def make_two_class_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``MakeTwoClassGradient([dY] → [dX])``."""
-    return [m.make_op("MakeTwoClassGradient", [m.GO(0)], [m.GI(0)])]
+# ``MakeTwoClassGradient([dY] → [dX])``.
+make_two_class_grad = template("MakeTwoClassGradient", [GO(0)], [0])
+register_gradient("MakeTwoClass", op_schema=schema(1, 1, inplace=False), doc="[1 − p, p] columns")(
+    make_two_class_grad
+)
 
 
 @register_kernel("MakeTwoClassGradient", gradient_op=True)
@@ -282,12 +277,11 @@ def bernoulli_jsd(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
     return [jsd.astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``BernoulliJSDGradient([dL, X, T] → [dX])``.
+bernoulli_jsd_grad = template("BernoulliJSDGradient", [GO(0), I(0), I(1)], [0])
+register_gradient(
     "BernoulliJSD", op_schema=schema(2, 1, inplace=False), doc="Bernoulli Jensen-Shannon"
-)
-def bernoulli_jsd_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BernoulliJSDGradient([dL, X, T] → [dX])``."""
-    return [m.make_op("BernoulliJSDGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0)])]
+)(bernoulli_jsd_grad)
 
 
 @register_kernel("BernoulliJSDGradient", gradient_op=True)
@@ -423,18 +417,13 @@ def margin_ranking_criterion(op: OperatorDef, inputs: list[np.ndarray]) -> list[
     return [np.maximum(v, 0.0).astype(inputs[0].dtype)]
 
 
-@register_gradient(
-    "MarginRankingCriterion", op_schema=schema(3, 1, inplace=False), doc="margin ranking loss"
+# ``MarginRankingCriterionGradient([X1, X2, Y, dOut] → [dX1, dX2])``.
+margin_ranking_criterion_grad = template(
+    "MarginRankingCriterionGradient", [I(0), I(1), I(2), GO(0)], [0, 1]
 )
-def margin_ranking_criterion_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``MarginRankingCriterionGradient([X1, X2, Y, dOut] → [dX1, dX2])``."""
-    return [
-        m.make_op(
-            "MarginRankingCriterionGradient",
-            [m.I(0), m.I(1), m.I(2), m.GO(0)],
-            [m.GI(0), m.GI(1)],
-        )
-    ]
+register_gradient(
+    "MarginRankingCriterion", op_schema=schema(3, 1, inplace=False), doc="margin ranking loss"
+)(margin_ranking_criterion_grad)
 
 
 @register_kernel("MarginRankingCriterionGradient", gradient_op=True)
@@ -467,14 +456,15 @@ def cosine_embedding_criterion(op: OperatorDef, inputs: list[np.ndarray]) -> lis
     return [out.astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``CosineEmbeddingCriterionGradient([S, Y, dOut] → [dS])``.
+cosine_embedding_criterion_grad = template(
+    "CosineEmbeddingCriterionGradient", [I(0), I(1), GO(0)], [0]
+)
+register_gradient(
     "CosineEmbeddingCriterion",
     op_schema=schema(2, 1, inplace=False),
     doc="cosine embedding loss",
-)
-def cosine_embedding_criterion_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``CosineEmbeddingCriterionGradient([S, Y, dOut] → [dS])``."""
-    return [m.make_op("CosineEmbeddingCriterionGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(cosine_embedding_criterion_grad)
 
 
 @register_kernel("CosineEmbeddingCriterionGradient", gradient_op=True)

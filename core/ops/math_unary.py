@@ -41,6 +41,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, O, template
 
 Array = np.ndarray[Any, Any]
 Fwd = Callable[[OperatorDef, Array], Array]
@@ -398,10 +399,11 @@ def prelu(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x > 0, x, x * _prelu_slope(op, x, w)).astype(x.dtype, copy=False)]
 
 
-@register_gradient("PRelu", op_schema=schema(2, 1, [(0, 0)]), doc="Y = X if X > 0 else W·X")
-def prelu_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``PReluGradient([Y, dY, X, W] -> [dX, dW])``, forward args copied."""
-    return [m.make_op("PReluGradient", [m.O(0), m.GO(0), m.I(0), m.I(1)], [m.GI(0), m.GI(1)])]
+# ``PReluGradient([Y, dY, X, W] -> [dX, dW])``, forward args copied.
+prelu_grad = template("PReluGradient", [O(0), GO(0), I(0), I(1)], [0, 1])
+register_gradient("PRelu", op_schema=schema(2, 1, [(0, 0)]), doc="Y = X if X > 0 else W·X")(
+    prelu_grad
+)
 
 
 @register_kernel("PReluGradient", gradient_op=True)
@@ -434,11 +436,10 @@ def negate_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.array(inputs[0], copy=True)]
 
 
-@register_gradient("NegateGradient", op_schema=schema(1, 1, [(0, 0)]),
-                   doc="Identity forward; the gradient is negated")
-def negate_gradient_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Negative([dY] -> [dX])``."""
-    return [m.make_op("Negative", [m.GO(0)], [m.GI(0)])]
+# ``Negative([dY] -> [dX])``.
+negate_gradient_grad = template("Negative", [GO(0)], [0])
+register_gradient("NegateGradient", op_schema=schema(1, 1, [(0, 0)]),
+                   doc="Identity forward; the gradient is negated")(negate_gradient_grad)
 
 
 # --- FloatToHalf / HalfToFloat --------------------------------------------------------------
@@ -468,16 +469,18 @@ def half_to_float(op: OperatorDef, inputs: list[Array]) -> list[Array]:
         return [x.astype(np.float16).astype(np.float32)]
 
 
-@register_gradient("FloatToHalf", op_schema=schema(1, 1), doc="Cast float32 -> float16")
-def float_to_half_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``HalfToFloat([dY] -> [dX])``."""
-    return [m.make_op("HalfToFloat", [m.GO(0)], [m.GI(0)])]
+# ``HalfToFloat([dY] -> [dX])``.
+float_to_half_grad = template("HalfToFloat", [GO(0)], [0])
+register_gradient("FloatToHalf", op_schema=schema(1, 1), doc="Cast float32 -> float16")(
+    float_to_half_grad
+)
 
 
-@register_gradient("HalfToFloat", op_schema=schema(1, 1), doc="Cast float16 -> float32")
-def half_to_float_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``FloatToHalf([dY] -> [dX])``."""
-    return [m.make_op("FloatToHalf", [m.GO(0)], [m.GI(0)])]
+# ``FloatToHalf([dY] -> [dX])``.
+half_to_float_grad = template("FloatToHalf", [GO(0)], [0])
+register_gradient("HalfToFloat", op_schema=schema(1, 1), doc="Cast float16 -> float32")(
+    half_to_float_grad
+)
 
 
 # --- ReluFp16 / SoftmaxFp16 -----------------------------------------------------------------
@@ -501,10 +504,11 @@ def relu_fp16(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x > 0, x, np.zeros((), x.dtype))]
 
 
-@register_gradient("ReluFp16", op_schema=schema(1, 1, [(0, 0)]), doc="Relu on float16 blobs")
-def relu_fp16_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ReluFp16Gradient([Y, dY] -> [dX])``."""
-    return [m.make_op("ReluFp16Gradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``ReluFp16Gradient([Y, dY] -> [dX])``.
+relu_fp16_grad = template("ReluFp16Gradient", [O(0), GO(0)], [0])
+register_gradient("ReluFp16", op_schema=schema(1, 1, [(0, 0)]), doc="Relu on float16 blobs")(
+    relu_fp16_grad
+)
 
 
 @register_kernel("ReluFp16Gradient", gradient_op=True)
@@ -525,11 +529,10 @@ def softmax_fp16(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return _via_float32(nn.softmax, op, inputs)
 
 
-@register_gradient("SoftmaxFp16", op_schema=schema(1, 1, inplace=False),
-                   doc="Softmax on float16 blobs")
-def softmax_fp16_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SoftmaxFp16Gradient([Y, dY] -> [dX])``, args copied."""
-    return [m.make_op("SoftmaxFp16Gradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``SoftmaxFp16Gradient([Y, dY] -> [dX])``, args copied.
+softmax_fp16_grad = template("SoftmaxFp16Gradient", [O(0), GO(0)], [0])
+register_gradient("SoftmaxFp16", op_schema=schema(1, 1, inplace=False),
+                   doc="Softmax on float16 blobs")(softmax_fp16_grad)
 
 
 @register_kernel("SoftmaxFp16Gradient", gradient_op=True)

@@ -19,6 +19,7 @@ from core.errors import GradientError
 from core.ops._args import get_bool, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.registry import GradientMaker, make_arg, register_gradient, register_kernel, schema
+from core.template import GO, I, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -148,12 +149,11 @@ def cosine_similarity(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [(xy / den).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``CosineSimilarityGradient([X, Y, dC] → [dX, dY])``.
+cosine_similarity_grad = template("CosineSimilarityGradient", [I(0), I(1), GO(0)], [0, 1])
+register_gradient(
     "CosineSimilarity", op_schema=schema(2, 1, inplace=False), doc="row-wise cosine similarity"
-)
-def cosine_similarity_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``CosineSimilarityGradient([X, Y, dC] → [dX, dY])``."""
-    return [m.make_op("CosineSimilarityGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
+)(cosine_similarity_grad)
 
 
 @register_kernel("CosineSimilarityGradient", gradient_op=True)
@@ -225,16 +225,15 @@ def dot_product_with_padding(op: OperatorDef, inputs: list[np.ndarray]) -> list[
     return [out.astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``DotProductWithPaddingGradient([X, Y, dO] → [dX, dY])``.
+dot_product_with_padding_grad = template(
+    "DotProductWithPaddingGradient", [I(0), I(1), GO(0)], [0, 1]
+)
+register_gradient(
     "DotProductWithPadding",
     op_schema=schema(2, 1, inplace=False),
     doc="row dot product with padding / replication",
-)
-def dot_product_with_padding_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``DotProductWithPaddingGradient([X, Y, dO] → [dX, dY])``."""
-    return [
-        m.make_op("DotProductWithPaddingGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])
-    ]
+)(dot_product_with_padding_grad)
 
 
 @register_kernel("DotProductWithPaddingGradient", gradient_op=True)
@@ -285,10 +284,11 @@ def normalize(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [(x / np.maximum(n, K_EPS)).astype(inputs[0].dtype)]
 
 
-@register_gradient("Normalize", op_schema=schema(1, 1, inplace=False), doc="L2 normalisation")
-def normalize_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``NormalizeGradient([X, dY] → [dX])``."""
-    return [m.make_op("NormalizeGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+# ``NormalizeGradient([X, dY] → [dX])``.
+normalize_grad = template("NormalizeGradient", [I(0), GO(0)], [0])
+register_gradient("Normalize", op_schema=schema(1, 1, inplace=False), doc="L2 normalisation")(
+    normalize_grad
+)
 
 
 @register_kernel("NormalizeGradient", gradient_op=True)
@@ -332,10 +332,11 @@ def lp_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.array([v], dtype=inputs[0].dtype)]
 
 
-@register_gradient("LpNorm", op_schema=schema(1, 1, inplace=False), doc="Σ|x|^p (p = 1, 2)")
-def lp_norm_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``LpNormGradient([X, dY] → [dX])``."""
-    return [m.make_op("LpNormGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+# ``LpNormGradient([X, dY] → [dX])``.
+lp_norm_grad = template("LpNormGradient", [I(0), GO(0)], [0])
+register_gradient("LpNorm", op_schema=schema(1, 1, inplace=False), doc="Σ|x|^p (p = 1, 2)")(
+    lp_norm_grad
+)
 
 
 @register_kernel("LpNormGradient", gradient_op=True)

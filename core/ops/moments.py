@@ -28,6 +28,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, template
 
 Array = np.ndarray[Any, Any]
 
@@ -109,10 +110,11 @@ def l1_distance(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.abs(x.reshape(n, d) - y.reshape(n, d)).sum(axis=1)]
 
 
-@register_gradient("L1Distance", op_schema=schema(2, 1, False), doc="Row-wise L1 distance")
-def l1_distance_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``L1DistanceGradient([X, Y, dZ] -> [dX, dY])``."""
-    return [m.make_op("L1DistanceGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0), m.GI(1)])]
+# ``L1DistanceGradient([X, Y, dZ] -> [dX, dY])``.
+l1_distance_grad = template("L1DistanceGradient", [I(0), I(1), GO(0)], [0, 1])
+register_gradient("L1Distance", op_schema=schema(2, 1, False), doc="Row-wise L1 distance")(
+    l1_distance_grad
+)
 
 
 @register_kernel("L1DistanceGradient", gradient_op=True)
@@ -145,11 +147,10 @@ def square_root_divide(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [(data / div).astype(data.dtype, copy=False)]
 
 
-@register_gradient("SquareRootDivide", op_schema=schema(2, 1),
-                   doc="Row i of DATA divided by √SCALE[i]")
-def square_root_divide_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SquareRootDivide([dY, SCALE] -> [dDATA])``; SCALE gets no gradient."""
-    return [m.make_op("SquareRootDivide", [m.GO(0), m.I(1)], [m.GI(0)])]
+# ``SquareRootDivide([dY, SCALE] -> [dDATA])``; SCALE gets no gradient.
+square_root_divide_grad = template("SquareRootDivide", [GO(0), I(1)], [0])
+register_gradient("SquareRootDivide", op_schema=schema(2, 1),
+                   doc="Row i of DATA divided by √SCALE[i]")(square_root_divide_grad)
 
 
 # --- BatchMoments ---------------------------------------------------------------------------

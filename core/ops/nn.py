@@ -40,6 +40,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, O, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -134,11 +135,7 @@ def fc_transposed(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]
     return _fc_forward(op, inputs, transposed=True)
 
 
-def _fc_grad(m: GradientMaker) -> list[OperatorDef]:
-    # Caffe2 GetFCGradient: one op, outputs [dW, db, dX] in that order.
-    return [
-        m.make_op(m.op_type + "Gradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(1), m.GI(2), m.GI(0)])
-    ]
+_fc_grad = template("{type}Gradient", [I(0), I(1), GO(0)], [1, 2, 0])
 
 
 register_gradient("FC", op_schema=schema(3, 1, inplace=False), doc="fully connected layer")(
@@ -550,9 +547,8 @@ def avg_pool_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [np.ascontiguousarray(_from_nchw(dx, order)).astype(inputs[0].dtype)]
 
 
-def pool_grad(m: GradientMaker) -> list[OperatorDef]:
-    """Caffe2 GetPoolGradient: ``<Type>Gradient([X, Y, dY] → [dX])``, args copied."""
-    return [m.make_op(m.op_type + "Gradient", [m.I(0), m.O(0), m.GO(0)], [m.GI(0)])]
+# Caffe2 GetPoolGradient: ``<Type>Gradient([X, Y, dY] → [dX])``, args copied.
+pool_grad = template("{type}Gradient", [I(0), O(0), GO(0)], [0])
 
 
 for _suffix in ("", "1D", "2D", "3D"):
@@ -821,10 +817,10 @@ def softmax(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [softmax_rows(_flatten2d(x, axis)).reshape(x.shape).astype(x.dtype)]
 
 
-@register_gradient("Softmax", op_schema=schema(1, 1, inplace=False), doc="softmax")
-def softmax_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SoftmaxGradient([Y, dY] → [dX])``."""
-    return [m.make_op("SoftmaxGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+# ``SoftmaxGradient([Y, dY] → [dX])``.
+softmax_grad = register_gradient("Softmax", op_schema=schema(1, 1, inplace=False), doc="softmax")(
+    template("SoftmaxGradient", [O(0), GO(0)], [0])
+)
 
 
 @register_kernel("SoftmaxGradient", gradient_op=True)
@@ -935,13 +931,15 @@ def nhwc2nchw(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.ascontiguousarray(np.moveaxis(inputs[0], -1, 1))]
 
 
-@register_gradient("NCHW2NHWC", op_schema=schema(1, 1, inplace=False), doc="layout NCHW→NHWC")
-def nchw2nhwc_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``NHWC2NCHW([dY] → [dX])``."""
-    return [m.make_op("NHWC2NCHW", [m.GO(0)], [m.GI(0)])]
+# ``NHWC2NCHW([dY] → [dX])``.
+nchw2nhwc_grad = template("NHWC2NCHW", [GO(0)], [0])
+register_gradient("NCHW2NHWC", op_schema=schema(1, 1, inplace=False), doc="layout NCHW→NHWC")(
+    nchw2nhwc_grad
+)
 
 
-@register_gradient("NHWC2NCHW", op_schema=schema(1, 1, inplace=False), doc="layout NHWC→NCHW")
-def nhwc2nchw_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``NCHW2NHWC([dY] → [dX])``."""
-    return [m.make_op("NCHW2NHWC", [m.GO(0)], [m.GI(0)])]
+# ``NCHW2NHWC([dY] → [dX])``.
+nhwc2nchw_grad = template("NCHW2NHWC", [GO(0)], [0])
+register_gradient("NHWC2NCHW", op_schema=schema(1, 1, inplace=False), doc="layout NHWC→NCHW")(
+    nhwc2nchw_grad
+)

@@ -23,7 +23,8 @@ from core.ops.nn import (
     _unwindow,
     _windows,
 )
-from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.registry import register_gradient, register_kernel, schema
+from core.template import GO, I, O, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -52,10 +53,11 @@ def lp_pool(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.ascontiguousarray(_from_nchw(y, order)).astype(inputs[0].dtype)]
 
 
-@register_gradient("LpPool", op_schema=schema(1, 1, inplace=False), doc="Lp-norm pooling")
-def lp_pool_grad(m: GradientMaker) -> list[OperatorDef]:
-    """Caffe2 GetPoolGradient: ``LpPoolGradient([X, Y, dY] → [dX])``, args copied."""
-    return [m.make_op("LpPoolGradient", [m.I(0), m.O(0), m.GO(0)], [m.GI(0)])]
+# Caffe2 GetPoolGradient: ``LpPoolGradient([X, Y, dY] → [dX])``, args copied.
+lp_pool_grad = template("LpPoolGradient", [I(0), O(0), GO(0)], [0])
+register_gradient("LpPool", op_schema=schema(1, 1, inplace=False), doc="Lp-norm pooling")(
+    lp_pool_grad
+)
 
 
 @register_kernel("LpPoolGradient", gradient_op=True)
@@ -111,14 +113,13 @@ def max_pool_with_index(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.nd
     return [y.astype(inputs[0].dtype), mask.reshape(-1)]
 
 
-@register_gradient(
+# ``MaxPoolWithIndexGradient([X, dY, mask] → [dX])``.
+max_pool_with_index_grad = template("MaxPoolWithIndexGradient", [I(0), GO(0), O(1)], [0])
+register_gradient(
     "MaxPoolWithIndex",
     op_schema=schema(1, 2, inplace=False),
     doc="max pooling that outputs its argmax mask",
-)
-def max_pool_with_index_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``MaxPoolWithIndexGradient([X, dY, mask] → [dX])``."""
-    return [m.make_op("MaxPoolWithIndexGradient", [m.I(0), m.GO(0), m.O(1)], [m.GI(0)])]
+)(max_pool_with_index_grad)
 
 
 @register_kernel("MaxPoolWithIndexGradient", gradient_op=True)

@@ -33,6 +33,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, template
 
 Array = np.ndarray[Any, Any]
 
@@ -61,10 +62,11 @@ def sum_elements(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.asarray(s, dtype=x.dtype if x.dtype.kind == "f" else np.float32)]
 
 
-@register_gradient("SumElements", op_schema=schema(1, 1, False), doc="Scalar sum (or mean) of X")
-def sum_elements_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SumElementsGradient([X, dY] -> [dX])``, args (``average``) copied."""
-    return [m.make_op("SumElementsGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+# ``SumElementsGradient([X, dY] -> [dX])``, args (``average``) copied.
+sum_elements_grad = template("SumElementsGradient", [I(0), GO(0)], [0])
+register_gradient("SumElements", op_schema=schema(1, 1, False), doc="Scalar sum (or mean) of X")(
+    sum_elements_grad
+)
 
 
 @register_kernel("SumElementsGradient", gradient_op=True)

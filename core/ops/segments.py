@@ -34,6 +34,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, O, template
 
 Array = np.ndarray[Any, Any]
 
@@ -346,10 +347,10 @@ def lengths_tile(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.repeat(data, ln, axis=0)]
 
 
-@register_gradient("LengthsTile", op_schema=schema(2, 1, False))
-def lengths_tile_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``LengthsSum([dY, LENGTHS] -> [dDATA])`` (Caffe2 ``GetLengthsTileGradient``)."""
-    return [m.make_op("LengthsSum", [m.GO(0), m.I(1)], [m.GI(0)])]
+# ``LengthsSum([dY, LENGTHS] -> [dDATA])`` (Caffe2 ``GetLengthsTileGradient``).
+lengths_tile_grad = register_gradient("LengthsTile", op_schema=schema(2, 1, False))(
+    template("LengthsSum", [GO(0), I(1)], [0])
+)
 
 
 
@@ -451,10 +452,10 @@ def lengths_top_k(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [vals, idx]
 
 
-@register_gradient("LengthsTopK", op_schema=schema(2, 2, False))
-def lengths_top_k_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``LengthsTopKGradient([LENGTHS, TopKIndices, dTopK] -> [dDATA])``."""
-    return [m.make_op("LengthsTopKGradient", [m.I(1), m.O(1), m.GO(0)], [m.GI(0)])]
+# ``LengthsTopKGradient([LENGTHS, TopKIndices, dTopK] -> [dDATA])``.
+lengths_top_k_grad = register_gradient("LengthsTopK", op_schema=schema(2, 2, False))(
+    template("LengthsTopKGradient", [I(1), O(1), GO(0)], [0])
+)
 
 
 @register_kernel("LengthsTopKGradient", gradient_op=True)

@@ -35,6 +35,7 @@ from core.registry import (
     register_op,
     schema,
 )
+from core.template import GO, I, O, template
 
 Array = np.ndarray[Any, Any]
 
@@ -406,10 +407,10 @@ def squeeze(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.squeeze(x, axis=tuple(dims)).copy()]
 
 
-@register_gradient("Squeeze", op_schema=schema(1, 1, [(0, 0)]))
-def squeeze_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ExpandDims([dY] -> [dX])``, ``dims`` copied."""
-    return [m.make_op("ExpandDims", [m.GO(0)], [m.GI(0)])]
+# ``ExpandDims([dY] -> [dX])``, ``dims`` copied.
+squeeze_grad = register_gradient("Squeeze", op_schema=schema(1, 1, [(0, 0)]))(
+    template("ExpandDims", [GO(0)], [0])
+)
 
 
 @register_kernel("ExpandDims")
@@ -423,10 +424,10 @@ def expand_dims(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.expand_dims(x, tuple(dims)).copy()]
 
 
-@register_gradient("ExpandDims", op_schema=schema(1, 1, [(0, 0)]))
-def expand_dims_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Squeeze([dY] -> [dX])``, ``dims`` copied."""
-    return [m.make_op("Squeeze", [m.GO(0)], [m.GI(0)])]
+# ``Squeeze([dY] -> [dX])``, ``dims`` copied.
+expand_dims_grad = register_gradient("ExpandDims", op_schema=schema(1, 1, [(0, 0)]))(
+    template("Squeeze", [GO(0)], [0])
+)
 
 
 # --- Cast ------------------------------------------------------------------------------------
@@ -639,10 +640,10 @@ def flatten(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64))).copy()]
 
 
-@register_gradient("Flatten", op_schema=schema(1, 1))
-def flatten_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ResizeLike([dY, X] -> [dX])``."""
-    return [m.make_op("ResizeLike", [m.GO(0), m.I(0)], [m.GI(0)])]
+# ``ResizeLike([dY, X] -> [dX])``.
+flatten_grad = register_gradient("Flatten", op_schema=schema(1, 1))(
+    template("ResizeLike", [GO(0), I(0)], [0])
+)
 
 
 @register_kernel("FlattenToVec")
@@ -652,10 +653,10 @@ def flatten_to_vec(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.asarray(inputs[0]).reshape(-1).copy()]
 
 
-@register_gradient("FlattenToVec", op_schema=schema(1, 1))
-def flatten_to_vec_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ResizeLike([dY, X] -> [dX])``."""
-    return [m.make_op("ResizeLike", [m.GO(0), m.I(0)], [m.GI(0)])]
+# ``ResizeLike([dY, X] -> [dX])``.
+flatten_to_vec_grad = register_gradient("FlattenToVec", op_schema=schema(1, 1))(
+    template("ResizeLike", [GO(0), I(0)], [0])
+)
 
 
 @register_kernel("ResizeLike", gradient_op=True)
@@ -709,10 +710,10 @@ def reduce_sum(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return _reduce(op, inputs, mean=False)
 
 
-@register_gradient("ReduceSum", op_schema=schema(1, 1))
-def reduce_sum_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ReduceSumGradient([dY, X, Y] -> [dX])``, args copied."""
-    return [m.make_op("ReduceSumGradient", [m.GO(0), m.I(0), m.O(0)], [m.GI(0)])]
+# ``ReduceSumGradient([dY, X, Y] -> [dX])``, args copied.
+reduce_sum_grad = register_gradient("ReduceSum", op_schema=schema(1, 1))(
+    template("ReduceSumGradient", [GO(0), I(0), O(0)], [0])
+)
 
 
 @register_kernel("ReduceSumGradient", gradient_op=True)
@@ -727,10 +728,10 @@ def reduce_mean(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return _reduce(op, inputs, mean=True)
 
 
-@register_gradient("ReduceMean", op_schema=schema(1, 1))
-def reduce_mean_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ReduceMeanGradient([dY, X, Y] -> [dX])``, args copied."""
-    return [m.make_op("ReduceMeanGradient", [m.GO(0), m.I(0), m.O(0)], [m.GI(0)])]
+# ``ReduceMeanGradient([dY, X, Y] -> [dX])``, args copied.
+reduce_mean_grad = register_gradient("ReduceMean", op_schema=schema(1, 1))(
+    template("ReduceMeanGradient", [GO(0), I(0), O(0)], [0])
+)
 
 
 @register_kernel("ReduceMeanGradient", gradient_op=True)

@@ -25,6 +25,7 @@ from core.registry import (
     register_kernel,
     schema,
 )
+from core.template import GO, I, template
 
 Array = np.ndarray[Any, Any]
 
@@ -51,10 +52,10 @@ def _lengths(op: OperatorDef, x: Array, total: int | None = None) -> Array:
 # OUT[indices[k]] += values[k] (kernel in core.ops.shape);  dValues = Gather(dY, indices)
 
 
-@register_gradient("SparseToDense", op_schema=schema((2, 3), 1, False))
-def sparse_to_dense_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Gather([dY, indices] -> [dValues])`` (Caffe2 ``GetSparseToDenseGradient``)."""
-    return [m.make_op("Gather", [m.GO(0), m.I(0)], [m.GI(1)])]
+# ``Gather([dY, indices] -> [dValues])`` (Caffe2 ``GetSparseToDenseGradient``).
+sparse_to_dense_grad = register_gradient("SparseToDense", op_schema=schema((2, 3), 1, False))(
+    template("Gather", [GO(0), I(0)], [1])
+)
 
 
 # --- SparseToDenseMask -----------------------------------------------------------------------
@@ -162,11 +163,11 @@ def batch_gather(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.take(data, ind, axis=axis)]
 
 
-@register_gradient("BatchGather", op_schema=schema(2, 1, False))
-def batch_gather_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchGatherGradient([DATA, INDICES, dY] -> [dDATA])`` (Caffe2 ``GetBatchGatherGradient``;
-    the forward args, ``axis`` among them, are copied)."""
-    return [m.make_op("BatchGatherGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+# ``BatchGatherGradient([DATA, INDICES, dY] -> [dDATA])`` (Caffe2 ``GetBatchGatherGradient``;
+# the forward args, ``axis`` among them, are copied).
+batch_gather_grad = register_gradient("BatchGather", op_schema=schema(2, 1, False))(
+    template("BatchGatherGradient", [I(0), I(1), GO(0)], [0])
+)
 
 
 # --- Device copies and Alias -----------------------------------------------------------------
@@ -246,10 +247,10 @@ def pack_segments(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [out, present] if get_bool(op, "return_presence_mask", False) else [out]
 
 
-@register_gradient("PackSegments", op_schema=schema(2, (1, 2), False))
-def pack_segments_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``UnpackSegments([LENGTHS, dPACKED] -> [dTENSOR])``."""
-    return [m.make_op("UnpackSegments", [m.I(0), m.GO(0)], [m.GI(1)])]
+# ``UnpackSegments([LENGTHS, dPACKED] -> [dTENSOR])``.
+pack_segments_grad = register_gradient("PackSegments", op_schema=schema(2, (1, 2), False))(
+    template("UnpackSegments", [I(0), GO(0)], [1])
+)
 
 
 @register_kernel("UnpackSegments")
@@ -266,10 +267,10 @@ def unpack_segments(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.concatenate(parts, axis=0)]
 
 
-@register_gradient("UnpackSegments", op_schema=schema(2, 1, False))
-def unpack_segments_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``PackSegments([LENGTHS, dTENSOR] -> [dPACKED])`` (args copied: ``max_length``)."""
-    return [m.make_op("PackSegments", [m.I(0), m.GO(0)], [m.GI(1)])]
+# ``PackSegments([LENGTHS, dTENSOR] -> [dPACKED])`` (args copied: ``max_length``).
+unpack_segments_grad = register_gradient("UnpackSegments", op_schema=schema(2, 1, False))(
+    template("PackSegments", [I(0), GO(0)], [1])
+)
 
 
 # --- ReversePackedSegs -----------------------------------------------------------------------
@@ -291,10 +292,10 @@ def reverse_packed_segs(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [out]
 
 
-@register_gradient("ReversePackedSegs", op_schema=schema(2, 1, False))
-def reverse_packed_segs_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ReversePackedSegs([dY, lengths] -> [dData])``."""
-    return [m.make_op("ReversePackedSegs", [m.GO(0), m.I(1)], [m.GI(0)])]
+# ``ReversePackedSegs([dY, lengths] -> [dData])``.
+reverse_packed_segs_grad = register_gradient("ReversePackedSegs", op_schema=schema(2, 1, False))(
+    template("ReversePackedSegs", [GO(0), I(1)], [0])
+)
 
 
 # --- BooleanMask -----------------------------------------------------------------------------
@@ -321,10 +322,10 @@ def boolean_mask(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [data[mask], np.flatnonzero(mask).astype(np.int64)]
 
 
-@register_gradient("BooleanMask", op_schema=schema(2, (1, 2), False))
-def boolean_mask_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BooleanMaskGradient([mask, dY] -> [dData])`` (Caffe2 ``GetBooleanMaskGradient``)."""
-    return [m.make_op("BooleanMaskGradient", [m.I(1), m.GO(0)], [m.GI(0)])]
+# ``BooleanMaskGradient([mask, dY] -> [dData])`` (Caffe2 ``GetBooleanMaskGradient``).
+boolean_mask_grad = register_gradient("BooleanMask", op_schema=schema(2, (1, 2), False))(
+    template("BooleanMaskGradient", [I(1), GO(0)], [0])
+)
 
 
 @register_kernel("BooleanMaskGradient", gradient_op=True)
@@ -385,10 +386,11 @@ def batch_sparse_to_dense(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [out]
 
 
-@register_gradient("BatchSparseToDense", op_schema=schema((3, 4), 1, False))
-def batch_sparse_to_dense_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchDenseToSparse([lengths, indices, dY] -> [dValues])``."""
-    return [m.make_op("BatchDenseToSparse", [m.I(0), m.I(1), m.GO(0)], [m.GI(2)])]
+# ``BatchDenseToSparse([lengths, indices, dY] -> [dValues])``.
+batch_sparse_to_dense_grad = template("BatchDenseToSparse", [I(0), I(1), GO(0)], [2])
+register_gradient("BatchSparseToDense", op_schema=schema((3, 4), 1, False))(
+    batch_sparse_to_dense_grad
+)
 
 
 @register_kernel("BatchDenseToSparse")
@@ -402,7 +404,7 @@ def batch_dense_to_sparse(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [dense[rows, idx]]
 
 
-@register_gradient("BatchDenseToSparse", op_schema=schema(3, 1, False))
-def batch_dense_to_sparse_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchSparseToDense([lengths, indices, dY, dense] -> [dDense])`` (zeros elsewhere)."""
-    return [m.make_op("BatchSparseToDense", [m.I(0), m.I(1), m.GO(0), m.I(2)], [m.GI(2)])]
+# ``BatchSparseToDense([lengths, indices, dY, dense] -> [dDense])`` (zeros elsewhere).
+batch_dense_to_sparse_grad = register_gradient("BatchDenseToSparse", op_schema=schema(3, 1, False))(
+    template("BatchSparseToDense", [I(0), I(1), GO(0), I(2)], [2])
+)

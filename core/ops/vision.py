@@ -21,6 +21,7 @@ from core.errors import GradientError
 from core.ops._args import get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.template import GO, I, O, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -63,12 +64,11 @@ def upsample_nearest(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarr
     return [np.repeat(np.repeat(inputs[0], s, axis=2), s, axis=3)]
 
 
-@register_gradient(
+# ``UpsampleNearestGradient([X, dY] → [dX])``.
+upsample_nearest_grad = template("UpsampleNearestGradient", [I(0), GO(0)], [0])
+register_gradient(
     "UpsampleNearest", op_schema=schema(1, 1, inplace=False), doc="integer nearest upsampling"
-)
-def upsample_nearest_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``UpsampleNearestGradient([X, dY] → [dX])``."""
-    return [m.make_op("UpsampleNearestGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
+)(upsample_nearest_grad)
 
 
 @register_kernel("UpsampleNearestGradient", gradient_op=True)
@@ -191,12 +191,11 @@ def resize_nearest_3d(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [y.astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``ResizeNearest3DGradient([dY, X] → [dX])``.
+resize_nearest_3d_grad = template("ResizeNearest3DGradient", [GO(0), I(0)], [0])
+register_gradient(
     "ResizeNearest3D", op_schema=schema(1, 1, inplace=False), doc="nearest 3-D resize (NCTHW)"
-)
-def resize_nearest_3d_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ResizeNearest3DGradient([dY, X] → [dX])``."""
-    return [m.make_op("ResizeNearest3DGradient", [m.GO(0), m.I(0)], [m.GI(0)])]
+)(resize_nearest_3d_grad)
 
 
 @register_kernel("ResizeNearest3DGradient", gradient_op=True)
@@ -239,12 +238,11 @@ def batch_permutation(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [x[idx]]
 
 
-@register_gradient(
+# ``BatchPermutationGradient([indices, dY] → [dX])``.
+batch_permutation_grad = template("BatchPermutationGradient", [I(1), GO(0)], [0])
+register_gradient(
     "BatchPermutation", op_schema=schema(2, 1, inplace=False), doc="reorder the batch dim"
-)
-def batch_permutation_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchPermutationGradient([indices, dY] → [dX])``."""
-    return [m.make_op("BatchPermutationGradient", [m.I(1), m.GO(0)], [m.GI(0)])]
+)(batch_permutation_grad)
 
 
 @register_kernel("BatchPermutationGradient", gradient_op=True)
@@ -284,14 +282,13 @@ def group_spatial_softmax(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.
     return [(e / e.sum(axis=2, keepdims=True)).reshape(inputs[0].shape).astype(inputs[0].dtype)]
 
 
-@register_gradient(
+# ``GroupSpatialSoftmaxGradient([Y, dY] → [dX])``.
+group_spatial_softmax_grad = template("GroupSpatialSoftmaxGradient", [O(0), GO(0)], [0])
+register_gradient(
     "GroupSpatialSoftmax",
     op_schema=schema(1, 1, inplace=False),
     doc="RetinaNet per-anchor spatial softmax",
-)
-def group_spatial_softmax_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``GroupSpatialSoftmaxGradient([Y, dY] → [dX])``."""
-    return [m.make_op("GroupSpatialSoftmaxGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+)(group_spatial_softmax_grad)
 
 
 @register_kernel("GroupSpatialSoftmaxGradient", gradient_op=True)
@@ -328,12 +325,11 @@ def spatial_narrow_as(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndar
     return [np.ascontiguousarray(inputs[0][:, :, :h, :w])]
 
 
-@register_gradient(
+# ``SpatialNarrowAsGradient([A, B, dY] → [dA])``.
+spatial_narrow_as_grad = template("SpatialNarrowAsGradient", [I(0), I(1), GO(0)], [0])
+register_gradient(
     "SpatialNarrowAs", op_schema=schema(2, 1, inplace=False), doc="crop A to B's spatial size"
-)
-def spatial_narrow_as_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SpatialNarrowAsGradient([A, B, dY] → [dA])``."""
-    return [m.make_op("SpatialNarrowAsGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+)(spatial_narrow_as_grad)
 
 
 @register_kernel("SpatialNarrowAsGradient", gradient_op=True)
@@ -363,10 +359,11 @@ def sample_as(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return [inputs[0][_sample_mask(op, inputs)]]
 
 
-@register_gradient("SampleAs", op_schema=schema(2, 1, inplace=False), doc="rows with label > 0")
-def sample_as_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SampleAsGradient([X, L, dY] → [dX])``."""
-    return [m.make_op("SampleAsGradient", [m.I(0), m.I(1), m.GO(0)], [m.GI(0)])]
+# ``SampleAsGradient([X, L, dY] → [dX])``.
+sample_as_grad = template("SampleAsGradient", [I(0), I(1), GO(0)], [0])
+register_gradient("SampleAs", op_schema=schema(2, 1, inplace=False), doc="rows with label > 0")(
+    sample_as_grad
+)
 
 
 @register_kernel("SampleAsGradient", gradient_op=True)

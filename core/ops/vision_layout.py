@@ -17,6 +17,7 @@ from core.ops._args import ConvPoolGeometry, get_int, get_order
 from core.ops._args import kernel_error as _fail
 from core.ops.nn import _pad, _unwindow, _windows
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
+from core.template import GO, template
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -52,12 +53,11 @@ def channel_shuffle(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarra
     return [_shuffle(op, inputs, inputs[0], inverse=False)]
 
 
-@register_gradient(
+# ``ChannelShuffleGradient([dY] → [dX])``.
+channel_shuffle_grad = template("ChannelShuffleGradient", [GO(0)], [0])
+register_gradient(
     "ChannelShuffle", op_schema=schema(1, 1, inplace=False), doc="ShuffleNet channel shuffle"
-)
-def channel_shuffle_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``ChannelShuffleGradient([dY] → [dX])``."""
-    return [m.make_op("ChannelShuffleGradient", [m.GO(0)], [m.GI(0)])]
+)(channel_shuffle_grad)
 
 
 @register_kernel("ChannelShuffleGradient", gradient_op=True)
@@ -128,20 +128,18 @@ def batch_to_space(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
     return [_batch_to_space(op, inputs, inputs[0])]
 
 
-@register_gradient(
+# ``BatchToSpace([dY] → [dX])``.
+space_to_batch_grad = template("BatchToSpace", [GO(0)], [0])
+register_gradient(
     "SpaceToBatch", op_schema=schema(1, 1, inplace=False), doc="spatial blocks to batch"
-)
-def space_to_batch_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``BatchToSpace([dY] → [dX])``."""
-    return [m.make_op("BatchToSpace", [m.GO(0)], [m.GI(0)])]
+)(space_to_batch_grad)
 
 
-@register_gradient(
+# ``SpaceToBatch([dY] → [dX])``.
+batch_to_space_grad = template("SpaceToBatch", [GO(0)], [0])
+register_gradient(
     "BatchToSpace", op_schema=schema(1, 1, inplace=False), doc="batch to spatial blocks"
-)
-def batch_to_space_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``SpaceToBatch([dY] → [dX])``."""
-    return [m.make_op("SpaceToBatch", [m.GO(0)], [m.GI(0)])]
+)(batch_to_space_grad)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +236,8 @@ def im2col_grad(m: GradientMaker) -> list[OperatorDef]:
     return [m.make_op("Col2Im", [m.GO(0), m.I_shape(0)], [m.GI(0)])]
 
 
-@register_gradient("Col2Im", op_schema=schema(2, 1, inplace=False), doc="patch columns to image")
-def col2im_grad(m: GradientMaker) -> list[OperatorDef]:
-    """``Im2Col([dY] → [dcols])`` (Z, a shape reference, gets none)."""
-    return [m.make_op("Im2Col", [m.GO(0)], [m.GI(0)])]
+# ``Im2Col([dY] → [dcols])`` (Z, a shape reference, gets none).
+col2im_grad = template("Im2Col", [GO(0)], [0])
+register_gradient("Col2Im", op_schema=schema(2, 1, inplace=False), doc="patch columns to image")(
+    col2im_grad
+)
