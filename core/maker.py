@@ -57,7 +57,7 @@ class GradientMaker:
 
     __slots__ = (
         "op", "op_type", "g_output", "g_input", "env", "input_reads", "input_names",
-        "output_names",
+        "output_names", "_args",
     )
 
     def __init__(
@@ -78,6 +78,7 @@ class GradientMaker:
         self.input_reads: list[int] = []
         self.g_input: list[GradValue] = [None] * len(self.input_names)
         self.env = env
+        self._args: list[Argument] | None = None
 
     # -- names -----------------------------------------------------------------
     def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
@@ -197,7 +198,13 @@ class GradientMaker:
     # -- arguments -------------------------------------------------------------
     def arg(self, name: str) -> Argument | None:
         """First forward argument called ``name``, or ``None``."""
-        return find_arg(self.op, name)
+        args = self._args
+        if args is None:  # the Argument messages, read once (a list scans ~2x faster)
+            args = self._args = self.op.arg[:]
+        for a in args:
+            if a.name == name:
+                return a
+        return None
 
     def arg_i(self, name: str, default: int) -> int:
         """Integer argument ``name`` (field ``i``), or ``default``."""

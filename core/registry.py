@@ -525,7 +525,9 @@ def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> N
         return
     device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
     engine = op.engine if e.copy_engine and op.HasField("engine") else None
-    args = op.arg if e.copy_arguments and len(op.arg) else None
+    # (a list: extending from a list of the Argument messages is about twice as fast as
+    # from the repeated field itself)
+    args = op.arg[:] if e.copy_arguments and len(op.arg) else None
     for g in ops:
         g.is_gradient_op = True
         if device is not None:
