@@ -310,7 +310,11 @@ def conv_grad(m: GradientMaker) -> list[OperatorDef]:
         outs = [m.GI(1), m.GI(2)] + ([m.GI(0)] if compute_dx else [])
         return [m.make_op(gtype, ins, outs)]
     outs = [m.GI(1)] + ([m.GI(0)] if compute_dx else [])
-    return [m.make_op(gtype, ins, outs, [make_arg("no_bias", 1)])]
+    return [m.make_op(gtype, ins, outs, _NO_BIAS)]
+
+
+#: The argument of a Conv gradient without a bias (made once: ``make_op`` copies it in).
+_NO_BIAS = (make_arg("no_bias", 1),)
 
 
 def conv_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
