@@ -298,12 +298,22 @@ def warn_dropped(
     """Warn when a gradient reaching an output is not used by the op's gradient at all.
 
     ``op_ins``: the input names of each gradient op. Run by :mod:`core.registry` after a
-    maker, when a quick look finds an output gradient that may be unused.
+    maker.
 
     Caffe2's makers ignore the gradients of some outputs (SpatialBN's running statistics,
     LRN's scale, index outputs such as Dropout's mask). A gradient that reaches such an
     output does not flow further; the answer says so instead of dropping it silently.
     """
+    for g in g_output:  # a quick look first (a hot path): is any output gradient unread?
+        if g is None or g in g_input:
+            continue
+        for ins in op_ins:
+            if g in ins:
+                break
+        else:
+            break
+    else:
+        return
     dropped = [
         out for out, g in zip(output_names, g_output, strict=False)
         if g is not None and not any(_used(n, op_ins, g_input) for n in grad_names(g))

@@ -464,7 +464,7 @@ def gradient_for_op_read(
             ops = [gop]
             _mark_gradient_ops(op, e, ops)
             if env is not None and not tmpl.reads_every_output_gradient(len(g_output)):
-                _check_dropped(op_type, g_output, output_names, [ins], g_input, env)
+                warn_dropped(op_type, g_output, output_names, [ins], g_input, env)
             # (g_input has one dense name or None per input: the checks below hold)
             return ops, g_input, input_reads, [ins], [outs]
         m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
@@ -477,7 +477,7 @@ def gradient_for_op_read(
         op_ins.append(gop.input[:])
         op_outs.append(gop.output[:])
     if env is not None:  # (the status is GRADIENT here)
-        _check_dropped(op_type, g_output, output_names, op_ins, g_input, env)
+        warn_dropped(op_type, g_output, output_names, op_ins, g_input, env)
     if len(g_input) != len(input_names):
         raise GradientError(
             f"gradient of {op.type} returned {len(g_input)} input gradients for "
@@ -490,26 +490,6 @@ def gradient_for_op_read(
                 f"Currently we have: ({gi.indices}, {gi.values})."
             )
     return ops, g_input, input_reads, op_ins, op_outs
-
-
-def _check_dropped(
-    op_type: str,
-    g_output: Sequence[GradValue],
-    output_names: Sequence[str],
-    op_ins: Sequence[Sequence[str]],
-    g_input: Sequence[GradValue],
-    env: Any,
-) -> None:
-    """Run :func:`warn_dropped` when a quick look finds an output gradient nobody reads."""
-    for g in g_output:
-        if g is None or g in g_input:
-            continue
-        for ins in op_ins:
-            if g in ins:
-                break
-        else:
-            warn_dropped(op_type, g_output, output_names, op_ins, g_input, env)
-            break
 
 
 def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
