@@ -457,7 +457,7 @@ def gradient_for_op_read(
             raise InvalidNetError(
                 f"(GradientMaker) Operator def did not pass schema checking: {reason}"
             )
-        tmpl = maker if isinstance(maker, GradTemplate) else None
+        tmpl = maker if type(maker) is GradTemplate else None
         built = tmpl.build(op_type, g_output, input_names, output_names) if tmpl else None
         if tmpl is not None and built is not None:  # a one-line maker, made directly
             gop, g_input, input_reads, ins, outs = built

@@ -13,9 +13,10 @@ the maker's wording; ``tests/core/test_template.py`` checks that both give the s
 
 from __future__ import annotations
 
+import linecache
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, final
 
 from api_schemas import caffe2_pb2
 from core.maker import make_op
@@ -56,6 +57,7 @@ def GO(i: int) -> Ref:  # noqa: N802 - Caffe2's name
 _BuildResult = tuple[OperatorDef, list[GradValue], list[int], list[str], list[str]]
 
 
+@final
 class GradTemplate:
     """A maker that emits one op ``grad_type(inputs) -> [GI(i) for i in outputs]``.
 
@@ -79,24 +81,54 @@ class GradTemplate:
     positions, the way :mod:`dataclasses` writes ``__init__``.
     """
 
+    grad_type: str
+    inputs: tuple[Ref, ...]
+    outputs: tuple[int, ...]
+    build: Callable[
+        [str, Sequence[GradValue], Sequence[str], Sequence[str]], _BuildResult | None
+    ]
+    _prefix: str | None
+    _suffix: str
+    _n_in: int
+    _n_out: int
+    _go: tuple[int, ...]
+
     def __init__(
         self, grad_type: str, inputs: Sequence[Ref], outputs: Sequence[int],
         module: str | None = None,
     ) -> None:
-        self.grad_type = grad_type
-        self.inputs = tuple(inputs)
-        self.outputs = tuple(outputs)
+        refs = tuple(Ref(*r) for r in inputs)
+        outs = tuple(outputs)
+        for r in refs:
+            if r.kind not in ("I", "O", "GO") or type(r.pos) is not int or r.pos < 0:
+                raise ValueError(f"template input {r!r}: want I(i), O(i) or GO(i), i >= 0")
+        for i in outs:
+            if type(i) is not int or i < 0:
+                raise ValueError(f"template output {i!r}: want an input position >= 0")
         head, sep, tail = grad_type.partition("{type}")
-        self._prefix: str | None = head if sep else None
-        self._suffix = tail if sep else grad_type
-        # forward arity the refs need, and the outputs whose gradient the op reads
-        self._n_in = 1 + max([r.pos for r in self.inputs if r.kind == "I"] + list(outputs),
-                             default=-1)
-        self._n_out = 1 + max([r.pos for r in self.inputs if r.kind != "I"], default=-1)
-        self._go = tuple(dict.fromkeys(r.pos for r in self.inputs if r.kind == "GO"))
-        self.__module__ = module or sys._getframe(1).f_globals.get("__name__", __name__)
+        fields = {
+            "grad_type": grad_type,
+            "inputs": refs,
+            "outputs": outs,
+            "_prefix": head if sep else None,
+            "_suffix": tail if sep else grad_type,
+            # forward arity the refs need, and the outputs whose gradient the op reads
+            "_n_in": 1 + max([r.pos for r in refs if r.kind == "I"] + list(outs), default=-1),
+            "_n_out": 1 + max([r.pos for r in refs if r.kind != "I"], default=-1),
+            "_go": tuple(dict.fromkeys(r.pos for r in refs if r.kind == "GO")),
+            "__module__": module or sys._getframe(1).f_globals.get("__name__", __name__),
+        }
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
         #: ``build(op_type, g_output, input_names, output_names)``: see the class docstring
-        self.build = _compile(self)
+        object.__setattr__(self, "build", _compile(self))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Immutable: ``build`` is compiled from the fields once, and must stay their code.
+        raise AttributeError(f"a GradTemplate is immutable (setting {name!r})")
+
+    def __reduce__(self) -> tuple[type[GradTemplate], tuple[object, ...]]:
+        return GradTemplate, (self.grad_type, self.inputs, self.outputs, self.__module__)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{r.kind}({r.pos})" for r in self.inputs)
@@ -117,12 +149,12 @@ class GradTemplate:
         for r in self.inputs:
             kind = r.kind
             names.append(m.I(r.pos) if kind == "I" else m.O(r.pos) if kind == "O"
-                         else m.GO(r.pos))
+                         else m.GO(r.pos))  # (kinds are checked in __init__)
         outs = [m.GI(i) for i in self.outputs]
         return [m.make_op(self.op_type_for(m.op_type), names, outs)]
 
 
-def _compile(t: GradTemplate) -> Callable[..., _BuildResult | None]:
+def _compile(t: GradTemplate) -> Callable[..., Any]:
     """Straight-line code of ``t.build``: what ``t(maker)`` makes, in the same order.
 
     ``I(i)`` records ``i`` as read, ``O(i)`` records ``n_in + i`` when the output is also
@@ -177,9 +209,13 @@ def _compile(t: GradTemplate) -> Callable[..., _BuildResult | None]:
         lines.append("    op = make_op(prefix + op_type + suffix, names, outs)")
     lines.append("    return op, g_input, reads, names, outs")
     scope: dict[str, Any] = {"make_op": make_op, "grad_type": t._suffix, "prefix": t._prefix,
-             "suffix": t._suffix}
-    exec("\n".join(lines), scope)  # noqa: S102 - code made here from ints and fixed text
-    fn: Callable[..., _BuildResult | None] = scope["build"]
+                             "suffix": t._suffix}
+    # Named, and kept in linecache, so that a traceback through ``build`` shows its lines.
+    source = "\n".join(lines) + "\n"
+    filename = f"<GradTemplate {t!r}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - ints and fixed text only
+    fn: Callable[..., Any] = scope["build"]
     return fn
 
 

@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from api_schemas import caffe2_pb2
+from core import registry
 from core.errors import NetgradError
 from core.ir.env import GenEnv, GenLimits
 from core.ops import load_all
 from core.registry import REGISTRY, gradient_for_op_read, make_arg, make_op
-from core.template import GO, I, O, GradTemplate, template
+from core.template import GO, GradTemplate, I, O, template
 from core.types import GradientSlice, GradValue
 
 load_all()
@@ -98,7 +99,7 @@ def test_direct_build_equals_maker(op_type: str, monkeypatch: pytest.MonkeyPatch
     # both paths are exercised: ops made directly, and cases left to the maker
     assert sum(built) >= 10 and not all(built)
     fast = [_answer(op, g) for op, g in cases]
-    monkeypatch.setattr(tmpl, "build", lambda *a: None)  # the maker path only
+    monkeypatch.setattr(registry, "GradTemplate", None)  # the maker path only
     slow = [_answer(op, g) for op, g in cases]
     for (op, g), f, s in zip(cases, fast, slow, strict=True):
         assert f == s, (op, g)
@@ -130,3 +131,31 @@ def test_build_names_like_the_maker() -> None:
     assert built is not None and built[2] == [1]
     built = relu.build("Relu", ["z_grad"], ["x"], ["z"])
     assert built is not None and built[2] == []
+
+
+def test_templates_are_checked_and_immutable() -> None:
+    import pickle
+
+    with pytest.raises(ValueError):
+        GradTemplate("XGradient", [("Go", 0)], [0])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        GradTemplate("XGradient", [I(-1)], [0])
+    with pytest.raises(ValueError):
+        GradTemplate("XGradient", [I(0)], [True])
+    t = template("XGradient", [GO(0), I(0)], [0])
+    with pytest.raises(AttributeError):
+        t.inputs = (GO(0),)  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(t))
+    assert repr(copy) == repr(t) and copy.__module__ == t.__module__ == __name__
+    assert copy.build("X", ["y_grad"], ["x"], ["y"])[3] == ["y_grad", "x"]  # type: ignore[index]
+
+
+def test_build_shows_its_source_in_tracebacks() -> None:
+    import traceback
+
+    t = template("XGradient", [I(0)], [0])
+    try:
+        t.build("X", [], None, [])  # type: ignore[arg-type]
+    except TypeError:
+        text = traceback.format_exc()
+    assert "<GradTemplate" in text and "n_in = len(input_names)" in text
