@@ -100,9 +100,22 @@ INTERNAL_DETAIL = "internal error; the request was not served"
 def internal_error_example() -> Any:
     """The 500 problem document exactly as the last-resort handler writes it (a bug cannot be
     recorded on demand; ``tests/api/test_openapi_examples.py`` provokes one and compares)."""
+    from asgi_correlation_id import correlation_id
+
     from app.errors import problem_response
 
-    return json.loads(bytes(problem_response(500, "internal_error", INTERNAL_DETAIL, []).body))
+    # The schema is built during the first request for it: a fixed request ID instead of
+    # that request's, so every process serves the same bytes.
+    token = correlation_id.set(EXAMPLE_REQUEST_ID)
+    try:
+        response = problem_response(500, "internal_error", INTERNAL_DETAIL, [])
+    finally:
+        correlation_id.reset(token)
+    return json.loads(bytes(response.body))
+
+
+#: The request ID of the generated 500 example (any 32 hex digits would do).
+EXAMPLE_REQUEST_ID = "0123456789abcdef0123456789abcdef"
 
 
 #: Operations that run no verification/run job and admit no body: never a 429.

@@ -186,3 +186,15 @@ def test_500_example_is_what_the_last_resort_handler_writes(spec: dict[str, Any]
             content = op["responses"]["500"]["content"]["application/problem+json"]
             (shown,) = content["examples"].values()
             _same(r.json(), shown["value"], "500")
+
+
+def test_the_document_is_the_same_bytes_for_every_request_and_app() -> None:
+    # It is built on the first request for it; nothing of that request may leak into it
+    # (the 500 example once carried that request's ID).
+    texts = []
+    for _ in range(2):
+        with TestClient(create_app(Settings(workers=0))) as c:
+            texts.append(c.get("/openapi.json").content)
+            texts.append(c.get("/openapi.json").content)
+    assert len(set(texts)) == 1
+    assert "urn:netgrad:request:" in texts[0].decode()
