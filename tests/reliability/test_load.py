@@ -153,13 +153,17 @@ def test_killing_a_worker_under_load_loses_only_its_job() -> None:
     with live(env) as server:
         before = server.worker_pids()
         ex = ThreadPoolExecutor(2)
+        slow = ex.submit(_post, server.url, "/v1/run", slow_run_body())
+        # Find the slow job's worker while it is the only job (the load's small jobs would
+        # keep the other worker busy too, and on a loaded machine the CPU counts of the
+        # two come close): the one whose CPU time grows, then start the load, then kill.
+        time.sleep(1.0)
+        ticks = {pid: _cpu_ticks(pid) for pid in before}
+        time.sleep(1.0)
+        busy = max(before, key=lambda pid: _cpu_ticks(pid) - ticks[pid])
         load: Future[tuple[dict[str, list[float]], list[str], float]] = ex.submit(
             asyncio.run, _small_load(server.url, seconds))
-        slow = ex.submit(_post, server.url, "/v1/run", slow_run_body())
         time.sleep(1.5)
-        ticks = {pid: _cpu_ticks(pid) for pid in before}
-        time.sleep(0.5)
-        busy = max(before, key=lambda pid: _cpu_ticks(pid) - ticks[pid])
         os.kill(busy, signal.SIGKILL)
         killed = slow.result(timeout=60)
         out, errors, _ = load.result(timeout=seconds + 60)
