@@ -287,8 +287,9 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
         p.add_argument("--inputs", metavar="FILE",
                        help='a JSON list of inputs, as in the API: [{"blob": "data", '
                             '"random": {"shape": [2, 4]}}, ...] (default: none)')
-        p.add_argument("--random", nargs="+", metavar="BLOB:D1,D2",
-                       help="feed BLOB a random normal tensor of that shape (default: none)")
+        p.add_argument("--random", nargs="+", action="extend", metavar="BLOB:D1,D2",
+                       help="feed BLOB a random normal tensor of that shape; repeat it or list "
+                            "several (default: none)")
     p.add_argument("--url", help="ask this server (e.g. http://127.0.0.1:8000) instead of "
                                  "running locally (default: local)")
     add_api_key(p)

@@ -145,3 +145,13 @@ def test_ops_accepts_every_status_the_api_accepts(url: str, remote: bool,
         assert all(o["gradient"] == status.value for o in entries)
         if status is GradientStatus.NOT_IMPLEMENTED_IN_NETGRAD:
             assert entries, "no op type has that status any more: pick another example"
+
+
+def test_random_may_be_repeated() -> None:
+    # one --random with several blobs, or one --random per blob: the same inputs
+    parser = cli.build_parser()
+    listed = parser.parse_args(["verify", "net.pb", *MLP_INPUTS])
+    repeated = parser.parse_args(
+        ["verify", "net.pb", "--random", "data:2,4", "--random", "fc_w:3,4", "--random", "fc_b:3"]
+    )
+    assert listed.random == repeated.random == ["data:2,4", "fc_w:3,4", "fc_b:3"]

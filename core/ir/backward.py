@@ -27,6 +27,7 @@ from api_schemas import caffe2_pb2
 from core.errors import (
     GradientError,
     GradientNotDefinedError,
+    InvalidNetError,
     InvalidRequestError,
     NetgradError,
 )
@@ -482,7 +483,9 @@ def net_gradient(
     load_all()
     seeds = seed_map(ys)
     if skip < 0 or skip > len(net.op):
-        raise InvalidRequestError(f"skip={skip} is outside 0..{len(net.op)} (the net's op count)")
+        raise InvalidRequestError.at(
+            f"skip={skip} is outside 0..{len(net.op)} (the net's op count)", path="skip"
+        )
     ops = net.op[skip:]
     env = GenEnv(limits, recompute=recompute, densify=densify)
     # The pass reads every op's outputs once; the ys check reuses them. A bad ys is
@@ -522,8 +525,16 @@ def op_gradient(
             path=f"op[0]:{op.type}",
             code="g_output_length",
         )
+    if "" in op.input or "" in op.output:
+        raise InvalidNetError.at(
+            f"{op.type} has an empty blob name among its inputs or outputs; give every input "
+            "and output a name",
+            op_index=0, op_type=op.type, path=f"op[0]:{op.type}", code="empty_blob_name",
+        )
     env = GenEnv(limits)
     env.op_index = 0
+    # Caffe2's GradientWrapper: an empty name is no gradient (IsEmpty), not a blob called "".
+    g_output = [None if g is not None and not any(grad_names(g)) else g for g in g_output]
     try:
         grad_ops, g_input = get_gradient_for_op(op, g_output, env)
     except NetgradError as exc:

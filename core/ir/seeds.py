@@ -37,7 +37,8 @@ def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bo
         raise InvalidRequestError(
             f"ys names blobs that no op writes: {', '.join(missing)}",
             [
-                Diagnostic("error", "unknown_ys_blob", f"no op writes blob '{y}'", blobs=(y,))
+                Diagnostic("error", "unknown_ys_blob", f"no op writes blob '{y}'", path="ys",
+                           blobs=(y,))
                 for y in missing
             ],
         )
@@ -51,12 +52,23 @@ def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> N
     forward or gradient op before it is read, and the answer would be silently wrong
     (upstream accepted such names).
 
+    A seed with an empty name is refused too: Caffe2 reads an empty gradient name as no
+    gradient at all, so the seed would be lost.
+
     Raises:
-        InvalidRequestError: listing every offending seed.
+        InvalidRequestError: listing every offending seed (codes ``seed_name_collision``,
+            ``empty_seed_name``).
     """
     problems = []
     auto = {f"{y}_autogen_grad": y for y, g in seeds.items() if g is None}
     for y, g in seeds.items():
+        if g is not None and not all(grad_names(g)):  # Caffe2 reads "" as no gradient
+            problems.append(Diagnostic(
+                "error", "empty_seed_name",
+                f"the seed gradient given for '{y}' has an empty blob name; give its blob "
+                "name, or null to let netgrad seed it with ones", path="ys", blobs=(y,),
+            ))
+            continue
         for seed in grad_names(g):
             other = seed[: -len("_grad")] if seed.endswith("_grad") else None
             if seed in names:
@@ -73,6 +85,7 @@ def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> N
                     "seed_name_collision",
                     f"the seed gradient '{seed}' given for '{y}' {why}; choose another name "
                     f"(e.g. '{y}_grad') or let netgrad seed it (null)",
+                    path="ys",
                     blobs=(y, seed),
                 )
             )

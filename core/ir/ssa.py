@@ -81,6 +81,8 @@ class ForwardSSA:
         self.blind_writers: set[int] = set()
         self._producers: dict[tuple[str, int], int] | None = None  # see producer()
         self._play_all()
+        if "" in self.frontier:  # (one lookup: the frontier holds every name read or written)
+            self._refuse_empty_names()
         self._check_stop_gradients()
         self._warn_undeclared_branch_writes()
 
@@ -149,6 +151,23 @@ class ForwardSSA:
                 roots[outs[name]] = roots.get(ins[name], ins[name])
             in_versions.append(ins)
             out_versions.append(outs)
+
+    def _refuse_empty_names(self) -> None:
+        """Refuse ops that read or write a blob named ``""`` (no workspace blob has that name,
+        and Caffe2 reads an empty gradient name as no gradient: the answer would be wrong).
+
+        Raises:
+            InvalidNetError: code ``empty_blob_name``, one problem per offending op.
+        """
+        problems = []
+        for idx, op_type in enumerate(self.op_types):
+            where = [w for w, names in (("input", self.op_inputs[idx]),
+                                        ("output", self.op_outputs[idx])) if "" in names]
+            if where:
+                msg = (f"{op_type} has an empty blob name among its {' and '.join(where)}s; "
+                       "give every input and output a name")
+                problems.append(self._problem("empty_blob_name", msg, idx))
+        raise InvalidNetError(problems[0].message, problems)
 
     def _check_stop_gradients(self) -> None:
         problems = []

@@ -1,0 +1,85 @@
+"""Empty blob and gradient names, and the field paths of ``ys`` and ``skip`` problems.
+
+Caffe2's ``GradientWrapper`` reads an empty name as no gradient at all (``IsEmpty``), so an
+output gradient ``""`` is a missing one, not a blob called ``""`` (netgrad once answered a
+200 whose gradient op read blob ``""``). A seed or a forward blob with an empty name is
+refused: no workspace blob has that name.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import docs
+from app.main import create_app
+from app.settings import Settings
+from tests.api.helpers import assert_problem
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _relu(g: Any) -> dict[str, Any]:
+    return {"op": {"type": "Relu", "input": ["x"], "output": ["y"]}, "g_output": [g]}
+
+
+@pytest.mark.parametrize("g", ["", {"indices": "", "values": ""}])
+def test_an_empty_output_gradient_is_no_gradient(client: TestClient, g: Any) -> None:
+    body = assert_problem(client.post("/v1/gradients/op", json=_relu(g)), 422)
+    assert "Gradient of output y is not provided" in body["errors"][0]["message"]
+    assert body["errors"][0]["path"] == "op[0]:Relu"
+
+
+def test_an_empty_gradient_of_an_output_that_needs_none_is_fine(client: TestClient) -> None:
+    # Dropout's mask output takes no gradient: "" there is the same as null
+    op = {"type": "Dropout", "input": ["x"], "output": ["y", "mask"]}
+    answers = [client.post("/v1/gradients/op", json={"op": op, "g_output": ["y_grad", g]})
+               for g in ("", None)]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].content == answers[1].content
+
+
+def test_an_empty_seed_name_is_refused(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", json={"net": docs.MLP_NET, "ys": {"prob": ""}})
+    body = assert_problem(r, 400)
+    (e,) = body["errors"]
+    assert e["code"] == "empty_seed_name" and e["path"] == "ys" and e["blobs"] == ["prob"]
+    assert "null" in e["message"]
+
+
+def test_an_empty_blob_name_is_refused_with_the_op(client: TestClient) -> None:
+    net = copy.deepcopy(docs.MLP_NET)
+    net["op"][1]["input"] = [""]
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["prob"]})
+    body = assert_problem(r, 422)
+    hits = [e for e in body["errors"] if e["code"] == "empty_blob_name"]
+    assert [(e["op_index"], e["op_type"]) for e in hits] == [(1, net["op"][1]["type"])]
+    assert hits[0]["path"] == f"op[1]:{net['op'][1]['type']}"
+    op = {"type": "Add", "input": ["a", ""], "output": ["c"]}
+    body = assert_problem(client.post("/v1/gradients/op", json={"op": op, "g_output": ["g"]}),
+                          422)
+    assert body["errors"][0]["code"] == "empty_blob_name"
+
+
+def test_an_empty_blob_name_inside_a_do_names_the_sub_net(client: TestClient) -> None:
+    req = copy.deepcopy(docs.DO_REQUEST)
+    inner = req["op"]["arg"][0]["n"]["op"][0]
+    inner["output"] = [""]
+    body = assert_problem(client.post("/v1/gradients/op", json=req), 422)
+    paths = [e["path"] for e in body["errors"] if e["code"] == "empty_blob_name"]
+    assert paths and paths[0].startswith("op[0]:Do/net/op[0]:"), body
+
+
+def test_ys_and_skip_problems_name_their_field(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", json={"net": docs.MLP_NET, "ys": ["nope"]})
+    assert assert_problem(r, 400)["errors"][0]["path"] == "ys"
+    r = client.post("/v1/gradients/net", json={"net": docs.MLP_NET, "ys": ["prob"], "skip": 99})
+    assert assert_problem(r, 400)["errors"][0]["path"] == "skip"
