@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from google.protobuf import json_format, message
+from google.protobuf import descriptor, json_format, message
 
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
@@ -120,14 +120,132 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         unknown = _unknown_field(exc, cls)
         if unknown is not None:
             raise unknown from exc
-        raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+        raise _located(exc, obj, cls) from exc
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        raise DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {exc}") from exc
+        raise _located(exc, obj, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
             "where a JSON object is expected"
         ) from exc
+
+
+#: json_format's words for the field whose value it could not parse ("Failed to parse i
+#: field: ..."), innermost last, and the reason after the last of them.
+_FAILED = re.compile(r"Failed to parse (\w+) field: ")
+_INT_TEXT = re.compile(r"-?\d+")
+_AT = re.compile(r" at [\w.\[\]]+$")
+_TYPE_NAMES = {
+    descriptor.FieldDescriptor.TYPE_INT32: "int32", descriptor.FieldDescriptor.TYPE_INT64: "int64",
+    descriptor.FieldDescriptor.TYPE_UINT32: "uint32",
+    descriptor.FieldDescriptor.TYPE_UINT64: "uint64",
+}
+_FD = descriptor.FieldDescriptor
+_INT_RANGES = {
+    _FD.CPPTYPE_INT32: (-(2**31), 2**31 - 1), _FD.CPPTYPE_UINT32: (0, 2**32 - 1),
+    _FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1), _FD.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
+
+
+def _located(exc: Exception, obj: Any, cls: type[message.Message]) -> DecodeError:
+    """json_format's error as a problem with the path of the value it refused, when found.
+
+    json_format names only the chain of field names (``Failed to parse op field: Failed to
+    parse arg field: Failed to parse i field: ...``). :func:`_bad_value` walks the JSON for
+    the first value of a type its field cannot take; the path is used only when that field
+    is the one json_format names last, so a wrong guess never names the wrong field.
+    """
+    text = str(exc)
+    names = _FAILED.findall(text)
+    found = _bad_value(obj, cls.DESCRIPTOR, "")
+    if found is not None and names and found[1] == names[-1]:
+        path, _, want = found
+        reason = _AT.sub("", _FAILED.split(text)[-1].strip()).rstrip(".")
+        return DecodeError.at(f"{path}: expected {want} ({reason})", path=path,
+                              code="invalid_field")
+    return DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {text}")
+
+
+def _bad_value(obj: Any, desc: Any, where: str) -> tuple[str, str, str] | None:
+    """``(path, field name, what it takes)`` of the first value in ``obj`` its field cannot
+    take, or None."""
+    if not isinstance(obj, dict):
+        return None
+    for key, val in obj.items():
+        field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
+        if field is None or val is None:
+            continue
+        here = f"{where}.{field.name}" if where else field.name
+        items = [(f"{here}[{k}]", v) for k, v in enumerate(val)] if (
+            field.is_repeated and isinstance(val, list)) else [(here, val)]
+        if field.is_repeated and not isinstance(val, list):
+            return here, field.name, "a JSON array"
+        text = (desc.full_name, field.name) in TEXT_BYTES_FIELDS
+        for at, v in items:
+            if field.message_type is not None:
+                if not isinstance(v, dict):
+                    return at, field.name, f"a JSON object ({field.message_type.name})"
+                inner = _bad_value(v, field.message_type, at)
+                if inner is not None:
+                    return inner
+            elif not _fits(field, v, text):
+                return at, field.name, _wanted(field, text)
+    return None
+
+
+def _wanted(field: Any, text: bool) -> str:
+    """What a scalar field takes, in words."""
+    t = field.type
+    if field.cpp_type in _INT_RANGES:
+        return f"an integer ({_TYPE_NAMES.get(t, 'int')})"
+    if t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
+        return "a number"
+    if t == _FD.TYPE_BOOL:
+        return "true or false, without quotes"
+    if t == _FD.TYPE_ENUM:
+        return "one of " + ", ".join(v.name for v in field.enum_type.values)
+    if t == _FD.TYPE_BYTES and not text:
+        return "a base64 string"
+    return "a string"
+
+
+def _fits(field: Any, v: Any, text: bool) -> bool:
+    """Whether scalar JSON value ``v`` is of a kind ``field`` takes (protobuf's mapping)."""
+    kind = field.cpp_type
+    if kind in _INT_RANGES:
+        if isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
+            v = int(v)
+        elif isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if type(v) is not int:
+            return False
+        lo, hi = _INT_RANGES[kind]
+        return lo <= v <= hi
+    if kind in (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE):
+        if isinstance(v, str):
+            try:
+                float(v)
+            except ValueError:
+                return False
+            return True
+        return type(v) in (int, float)
+    if kind == _FD.CPPTYPE_BOOL:
+        return type(v) is bool
+    if kind == _FD.CPPTYPE_ENUM:
+        if type(v) is int:
+            return True
+        return isinstance(v, str) and field.enum_type.values_by_name.get(v) is not None
+    if kind == _FD.CPPTYPE_STRING:
+        if not isinstance(v, str):
+            return False
+        if text or field.type != _FD.TYPE_BYTES:
+            return True
+        try:
+            base64.b64decode(v.encode("ascii"), validate=False)
+        except (ValueError, UnicodeEncodeError):
+            return False
+        return True
+    return True
 
 
 #: json_format's words for an unknown key, with the path of the message that holds it.
@@ -163,7 +281,9 @@ def _b64_to_text(value: str, where: str) -> str:
 
 def _text_to_b64(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise DecodeError(f"{where} must be a JSON string (UTF-8 text), got {type(value).__name__}")
+        raise DecodeError.at(
+            f"{where} must be a JSON string (UTF-8 text), got {type(value).__name__}",
+            path=where, code="invalid_field")
     return base64.b64encode(value.encode("utf-8")).decode("ascii")
 
 

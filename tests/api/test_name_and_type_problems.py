@@ -1,9 +1,10 @@
-"""Empty blob and gradient names, and the field paths of ``ys`` and ``skip`` problems.
+"""Empty names, wrong types inside Caffe2 messages, and the field paths of their problems.
 
 Caffe2's ``GradientWrapper`` reads an empty name as no gradient at all (``IsEmpty``), so an
 output gradient ``""`` is a missing one, not a blob called ``""`` (netgrad once answered a
 200 whose gradient op read blob ``""``). A seed or a forward blob with an empty name is
-refused: no workspace blob has that name.
+refused: no workspace blob has that name. A value of the wrong type inside a Caffe2 message
+(a string for an integer argument...) is a 400 naming the value's path, not only ``net``.
 """
 
 from __future__ import annotations
@@ -83,3 +84,34 @@ def test_ys_and_skip_problems_name_their_field(client: TestClient) -> None:
     assert assert_problem(r, 400)["errors"][0]["path"] == "ys"
     r = client.post("/v1/gradients/net", json={"net": docs.MLP_NET, "ys": ["prob"], "skip": 99})
     assert assert_problem(r, 400)["errors"][0]["path"] == "skip"
+
+
+#: A value of the wrong type inside a Caffe2 message, and the path the problem must name.
+WRONG_TYPES = [
+    ({"arg": [{"name": "kernel", "i": "two"}]}, "net.op[0].arg[0].i", "an integer"),
+    ({"arg": [{"name": "kernel", "i": 2.5}]}, "net.op[0].arg[0].i", "an integer"),
+    ({"arg": [{"name": "k", "i": 2**70}]}, "net.op[0].arg[0].i", "an integer"),
+    ({"input": "x"}, "net.op[0].input", "a JSON array"),
+    ({"input": [1]}, "net.op[0].input[0]", "a string"),
+    ({"arg": [{"name": "a", "ints": [2, "a"]}]}, "net.op[0].arg[0].ints[1]", "an integer"),
+    ({"device_option": {"device_type": "CUDA"}}, "net.op[0].device_option.device_type",
+     "an integer"),
+    ({"is_gradient_op": "yes"}, "net.op[0].is_gradient_op", "true or false"),
+    ({"arg": [{"name": "a", "f": "x"}]}, "net.op[0].arg[0].f", "a number"),
+    ({"device_option": 3}, "net.op[0].device_option", "a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("edit", "path", "want"), WRONG_TYPES, ids=[w[1] for w in WRONG_TYPES])
+def test_a_wrong_type_inside_a_caffe2_message_names_its_path(
+        client: TestClient, edit: dict[str, Any], path: str, want: str) -> None:
+    op = {"type": "Relu", "input": ["x"], "output": ["y"], **edit}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    (e,) = body["errors"]
+    assert (e["code"], e["path"]) == ("invalid_field", path), e
+    assert e["message"].startswith(f"{path}: expected {want}"), e
+    # the same below /v1/gradients/op's op
+    r = client.post("/v1/gradients/op", json={"op": op, "g_output": ["y_grad"]})
+    (e,) = assert_problem(r, 400)["errors"]
+    assert e["path"] == "op" + path[len("net.op[0]"):], e
