@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from google.protobuf import descriptor, json_format, message
+from google.protobuf import descriptor, json_format, message, message_factory
 
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
@@ -111,6 +111,7 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
     """
     if not isinstance(obj, dict):
         raise DecodeError(f"{cls.DESCRIPTOR.name} must be a JSON object")
+    work = None
     try:
         work = _walk_text_fields(obj, cls.DESCRIPTOR, _text_to_b64)
         return json_format.ParseDict(
@@ -120,9 +121,9 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         unknown = _unknown_field(exc, cls)
         if unknown is not None:
             raise unknown from exc
-        raise _located(exc, obj, cls) from exc
+        raise _located(exc, work, cls) from exc
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        raise _located(exc, obj, cls) from exc
+        raise _located(exc, work, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
@@ -130,122 +131,115 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         ) from exc
 
 
-#: json_format's words for the field whose value it could not parse ("Failed to parse i
-#: field: ..."), innermost last, and the reason after the last of them.
-_FAILED = re.compile(r"Failed to parse (\w+) field: ")
-_INT_TEXT = re.compile(r"-?\d+")
+#: json_format's prefix for the field whose value it could not parse, one per level.
+_FAILED = "Failed to parse "
 _AT = re.compile(r" at [\w.\[\]]+$")
-_TYPE_NAMES = {
-    descriptor.FieldDescriptor.TYPE_INT32: "int32", descriptor.FieldDescriptor.TYPE_INT64: "int64",
-    descriptor.FieldDescriptor.TYPE_UINT32: "uint32",
-    descriptor.FieldDescriptor.TYPE_UINT64: "uint64",
-}
+#: Most single values :func:`_locate` asks json_format about (then it gives up: the answer
+#: keeps json_format's text, with the top field's path).
+MAX_LOCATE_CHECKS = 2000
 _FD = descriptor.FieldDescriptor
-_INT_RANGES = {
-    _FD.CPPTYPE_INT32: (-(2**31), 2**31 - 1), _FD.CPPTYPE_UINT32: (0, 2**32 - 1),
-    _FD.CPPTYPE_INT64: (-(2**63), 2**63 - 1), _FD.CPPTYPE_UINT64: (0, 2**64 - 1),
-}
+_INT_TYPES = {_FD.TYPE_INT32: "int32", _FD.TYPE_INT64: "int64", _FD.TYPE_UINT32: "uint32",
+              _FD.TYPE_UINT64: "uint64", _FD.TYPE_SINT32: "sint32", _FD.TYPE_SINT64: "sint64",
+              _FD.TYPE_FIXED32: "fixed32", _FD.TYPE_FIXED64: "fixed64",
+              _FD.TYPE_SFIXED32: "sfixed32", _FD.TYPE_SFIXED64: "sfixed64"}
 
 
-def _located(exc: Exception, obj: Any, cls: type[message.Message]) -> DecodeError:
+def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeError:
     """json_format's error as a problem with the path of the value it refused, when found.
 
-    json_format names only the chain of field names (``Failed to parse op field: Failed to
-    parse arg field: Failed to parse i field: ...``). :func:`_bad_value` walks the JSON for
-    the first value of a type its field cannot take; the path is used only when that field
-    is the one json_format names last, so a wrong guess never names the wrong field.
+    json_format names the chain of keys down to the field it failed on (``Failed to parse op
+    field: Failed to parse arg field: Failed to parse i field: <reason>``), not which element
+    of each array. :func:`_locate` follows that chain through ``work`` (what json_format
+    parsed) and asks json_format itself about each candidate value in turn; the first it
+    refuses is the one, since json_format parses in order. Anything unexpected, or too many
+    candidates, keeps json_format's own text with no path below the top.
     """
     text = str(exc)
-    names = _FAILED.findall(text)
-    found = _bad_value(obj, cls.DESCRIPTOR, "")
-    if found is not None and names and found[1] == names[-1]:
-        path, _, want = found
-        reason = _AT.sub("", _FAILED.split(text)[-1].strip()).rstrip(".")
-        return DecodeError.at(f"{path}: expected {want} ({reason})", path=path,
-                              code="invalid_field")
-    return DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {text}")
+    chain: list[str] = []
+    rest = text
+    while rest.startswith(_FAILED) and " field: " in rest:  # (anchored: values can't spoof it)
+        name, _, rest = rest[len(_FAILED):].partition(" field: ")
+        chain.append(name)
+    try:
+        found = _locate(work, cls.DESCRIPTOR, chain) if chain else None
+    except Exception:  # noqa: BLE001 - a locating aid only: never a reason to fail otherwise
+        found = None
+    if found is None:
+        return DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {text}")
+    path, field = found
+    reason = _AT.sub("", rest.rstrip(".").strip())
+    want = "a JSON array" if field.is_repeated and not path.endswith("]") else _wanted(field)
+    head = f"{path}: expected {want}" if want else path
+    return DecodeError.at(f"{head} ({reason})", path=path, code="invalid_field")
 
 
-def _bad_value(obj: Any, desc: Any, where: str) -> tuple[str, str, str] | None:
-    """``(path, field name, what it takes)`` of the first value in ``obj`` its field cannot
-    take, or None."""
-    if not isinstance(obj, dict):
-        return None
-    for key, val in obj.items():
+def _locate(work: Any, desc: Any, chain: list[str]) -> tuple[str, Any] | None:
+    """``(path, field)`` of the first value along ``chain`` json_format refuses, or None."""
+    checks = [0]
+
+    def refused(parent: Any, key: str, value: Any) -> bool:
+        checks[0] += 1
+        if checks[0] > MAX_LOCATE_CHECKS:
+            raise _GiveUp
+        try:
+            json_format.ParseDict({key: value}, message_factory.GetMessageClass(parent)(),
+                                  max_recursion_depth=MAX_MESSAGE_DEPTH)
+        except (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError):
+            return True
+        return False
+
+    def walk(obj: Any, desc: Any, level: int, where: str) -> tuple[str, Any] | None:
+        if not isinstance(obj, dict) or chain[level] not in obj:
+            return None
+        key = chain[level]
         field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
-        if field is None or val is None:
-            continue
+        if field is None:
+            return None
         here = f"{where}.{field.name}" if where else field.name
-        items = [(f"{here}[{k}]", v) for k, v in enumerate(val)] if (
-            field.is_repeated and isinstance(val, list)) else [(here, val)]
-        if field.is_repeated and not isinstance(val, list):
-            return here, field.name, "a JSON array"
-        text = (desc.full_name, field.name) in TEXT_BYTES_FIELDS
-        for at, v in items:
-            if field.message_type is not None:
-                if not isinstance(v, dict):
-                    return at, field.name, f"a JSON object ({field.message_type.name})"
-                inner = _bad_value(v, field.message_type, at)
-                if inner is not None:
-                    return inner
-            elif not _fits(field, v, text):
-                return at, field.name, _wanted(field, text)
-    return None
+        value = obj[key]
+        if level == len(chain) - 1:  # json_format failed on this field's value
+            if field.is_repeated and isinstance(value, list):
+                for k, v in enumerate(value):
+                    if refused(desc, key, [v]):
+                        return f"{here}[{k}]", field
+            return (here, field) if refused(desc, key, value) else None
+        if field.message_type is None:
+            return None
+        items: list[tuple[int | None, Any]] = (
+            list(enumerate(value)) if field.is_repeated and isinstance(value, list)
+            else [(None, value)]
+        )
+        for j, v in items:
+            at = here if j is None else f"{here}[{j}]"
+            inner = walk(v, field.message_type, level + 1, at)
+            if inner is not None:
+                return inner
+        return None
+
+    try:
+        return walk(work, desc, 0, "")
+    except _GiveUp:
+        return None
 
 
-def _wanted(field: Any, text: bool) -> str:
-    """What a scalar field takes, in words."""
+class _GiveUp(Exception):
+    """:func:`_locate` asked json_format about too many values."""
+
+
+def _wanted(field: Any) -> str:
+    """What a field's value is, in words."""
+    if field.message_type is not None:
+        return f"a JSON object ({field.message_type.name})"
     t = field.type
-    if field.cpp_type in _INT_RANGES:
-        return f"an integer ({_TYPE_NAMES.get(t, 'int')})"
+    if t in _INT_TYPES:
+        return f"an integer ({_INT_TYPES[t]})"
     if t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
         return "a number"
     if t == _FD.TYPE_BOOL:
         return "true or false, without quotes"
     if t == _FD.TYPE_ENUM:
         return "one of " + ", ".join(v.name for v in field.enum_type.values)
-    if t == _FD.TYPE_BYTES and not text:
-        return "a base64 string"
-    return "a string"
-
-
-def _fits(field: Any, v: Any, text: bool) -> bool:
-    """Whether scalar JSON value ``v`` is of a kind ``field`` takes (protobuf's mapping)."""
-    kind = field.cpp_type
-    if kind in _INT_RANGES:
-        if isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
-            v = int(v)
-        elif isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if type(v) is not int:
-            return False
-        lo, hi = _INT_RANGES[kind]
-        return lo <= v <= hi
-    if kind in (_FD.CPPTYPE_FLOAT, _FD.CPPTYPE_DOUBLE):
-        if isinstance(v, str):
-            try:
-                float(v)
-            except ValueError:
-                return False
-            return True
-        return type(v) in (int, float)
-    if kind == _FD.CPPTYPE_BOOL:
-        return type(v) is bool
-    if kind == _FD.CPPTYPE_ENUM:
-        if type(v) is int:
-            return True
-        return isinstance(v, str) and field.enum_type.values_by_name.get(v) is not None
-    if kind == _FD.CPPTYPE_STRING:
-        if not isinstance(v, str):
-            return False
-        if text or field.type != _FD.TYPE_BYTES:
-            return True
-        try:
-            base64.b64decode(v.encode("ascii"), validate=False)
-        except (ValueError, UnicodeEncodeError):
-            return False
-        return True
-    return True
+    return "a string"  # (bytes: base64, or text for Argument.s / strings)
 
 
 #: json_format's words for an unknown key, with the path of the message that holds it.
@@ -307,7 +301,8 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
         if val is None:
             continue
         if (desc.full_name, field.name) in TEXT_BYTES_FIELDS:
-            out[key] = [fix(v, here) for v in val] if isinstance(val, list) else fix(val, here)
+            out[key] = ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
+                        if isinstance(val, list) else fix(val, here))
         elif field.message_type is not None:
             if isinstance(val, list):
                 out[key] = [_walk_text_fields(v, field.message_type, fix, f"{here}[{k}]")

@@ -115,3 +115,49 @@ def test_a_wrong_type_inside_a_caffe2_message_names_its_path(
     r = client.post("/v1/gradients/op", json={"op": op, "g_output": ["y_grad"]})
     (e,) = assert_problem(r, 400)["errors"]
     assert e["path"] == "op" + path[len("net.op[0]"):], e
+
+
+#: Two arguments where json_format takes the first and refuses the second (or refuses the
+#: first): the path must name the one json_format refused (review findings).
+FIRST_OR_SECOND = [
+    ([{"name": "a", "i": "+5"}, {"name": "b", "i": "x"}], "net.op[0].arg[1].i"),
+    ([{"name": "a", "f": True}, {"name": "b", "f": "x"}], "net.op[0].arg[1].f"),
+    ([{"name": "a", "t": {"string_data": ["ab-_"]}}, {"name": "b", "t": {"string_data": [5]}}],
+     "net.op[0].arg[1].t.string_data[0]"),
+    ([{"name": "a", "f": 1e39}, {"name": "b", "f": "x"}], "net.op[0].arg[0].f"),
+    ([{"name": "a", "f": "nan"}, {"name": "b", "f": "x"}], "net.op[0].arg[0].f"),
+    ([{"name": "a", "t": {"data_type": 99}}, {"name": "b", "t": {"data_type": "zz"}}],
+     "net.op[0].arg[0].t.data_type"),
+    ([{"name": "a", "i": "9" * 4301}], "net.op[0].arg[0].i"),  # (was a 500)
+    ([{"name": "a", "i": "Failed to parse q field: zz"}], "net.op[0].arg[0].i"),
+    ([{"name": "a", "strings": ["a", 5]}], "net.op[0].arg[0].strings[1]"),
+]
+
+
+@pytest.mark.parametrize(("args", "path"), FIRST_OR_SECOND, ids=[p for _, p in FIRST_OR_SECOND])
+def test_the_path_is_the_value_json_format_refused(
+        client: TestClient, args: list[Any], path: str) -> None:
+    op = {"type": "Relu", "input": ["x"], "output": ["y"], "arg": args}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    assert [e["path"] for e in body["errors"]] == [path], body
+
+
+def test_a_camel_case_key_gets_its_path_too(client: TestClient) -> None:
+    op = {"type": "Relu", "input": ["x"], "output": ["y"], "isGradientOp": "yes"}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    assert body["errors"][0]["path"] == "net.op[0].is_gradient_op"
+
+
+def test_locating_gives_up_on_many_values_and_keeps_json_formats_words(
+        client: TestClient) -> None:
+    from core.proto.jsonmap import MAX_LOCATE_CHECKS
+
+    floats = [0.5] * (MAX_LOCATE_CHECKS + 10) + ["x"]
+    op = {"type": "Relu", "input": ["x"], "output": ["y"],
+          "arg": [{"name": "a", "floats": floats}]}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    (e,) = body["errors"]
+    assert e["path"] == "net" and "Failed to parse floats field" in e["message"]
