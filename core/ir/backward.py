@@ -535,6 +535,13 @@ def op_gradient(
     env.op_index = 0
     # Caffe2's GradientWrapper: an empty name is no gradient (IsEmpty), not a blob called "".
     g_output = [None if g is not None and not any(grad_names(g)) else g for g in g_output]
+    for i, g in enumerate(g_output):
+        if isinstance(g, GradientSlice) and not all(grad_names(g)):
+            raise InvalidRequestError.at(
+                f"g_output[{i}] is a GradientSlice with an empty name (indices "
+                f"'{g.indices}', values '{g.values}'); give both names, or null for no gradient",
+                path=f"g_output[{i}]", code="invalid_field",
+            )
     try:
         grad_ops, g_input = get_gradient_for_op(op, g_output, env)
     except NetgradError as exc:

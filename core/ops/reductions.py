@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import InvalidNetError
 from core.ops._args import get_bool, get_int, get_ints
 from core.ops.elementwise import expect_inputs, kernel_error
 from core.registry import (
@@ -113,6 +114,11 @@ def weighted_sum_grad(m: GradientMaker) -> list[OperatorDef]:
     The weights' gradients are produced only with ``grad_on_w=1`` (Caffe2); args copied.
     """
     n = len(m.input_names)
+    if n % 2:  # Caffe2's schema: X/weight pairs (NumInputs: n > 0 and even)
+        raise InvalidNetError(
+            "(GradientMaker) Operator def did not pass schema checking: WeightedSum takes "
+            f"X/weight pairs, an even number of inputs, got {n}"
+        )
     ins = [m.GO(0)]
     for i in range(0, n, 2):
         ins += [m.I(i), m.I(i + 1)]

@@ -44,7 +44,7 @@ from core.executor.limits import RunLimits, default_limits, element_cap
 from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
 from core.registry import with_gradient_ops
-from core.types import Diagnostic, GradientSlice, GradValue
+from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 from core.verify.by_design import no_gradient_by_design
 from core.verify.kinks import KINK_MARGIN, KinkScanner, kink_diagnostics
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
@@ -119,9 +119,15 @@ def seed_names(
     _all_names(net, taken)
     seeds: dict[str, str] = {}
     for y, g in items:
+        if g is not None and not all(grad_names(g)):  # as core.ir.seeds refuses it
+            raise InvalidRequestError.at(
+                f"the seed gradient given for '{y}' has an empty blob name; give its blob "
+                "name, or null to let netgrad seed it with ones",
+                path="ys", blobs=[y], code="empty_seed_name")
         if isinstance(g, GradientSlice):
-            raise InvalidRequestError(f"y '{y}': a sparse seed gradient cannot be verified")
-        name = g if isinstance(g, str) and g else _free_name(f"{y}_grad", taken)
+            raise InvalidRequestError.at(
+                f"y '{y}': a sparse seed gradient cannot be verified", path="ys", blobs=[y])
+        name = g if isinstance(g, str) else _free_name(f"{y}_grad", taken)
         taken.add(name)
         seeds[y] = name
     return seeds

@@ -161,3 +161,27 @@ def test_locating_gives_up_on_many_values_and_keeps_json_formats_words(
                                       json={"net": {"op": [op]}, "ys": ["y"]}), 400)
     (e,) = body["errors"]
     assert e["path"] == "net" and "Failed to parse floats field" in e["message"]
+
+
+def test_a_half_empty_slice_in_g_output_is_refused(client: TestClient) -> None:
+    op = {"type": "EnsureDense", "input": ["x"], "output": ["y"]}
+    r = client.post("/v1/gradients/op",
+                    json={"op": op, "g_output": [{"indices": "", "values": "v"}]})
+    (e,) = assert_problem(r, 400)["errors"]
+    assert e["path"] == "g_output[0]" and "both names" in e["message"]
+
+
+def test_verify_refuses_an_empty_seed_name_like_the_others() -> None:
+    from api_schemas import caffe2_pb2
+    from core.errors import InvalidRequestError
+    from core.proto import codec
+    from core.types import GradientSlice
+    from core.verify.checker import seed_names
+
+    net = codec.from_json_obj(docs.MLP_NET, caffe2_pb2.NetDef)
+    for g in ("", GradientSlice("", "")):
+        with pytest.raises(InvalidRequestError) as info:
+            seed_names(net, {"prob": g})
+        (e,) = info.value.problems
+        assert (e.code, e.path) == ("empty_seed_name", "ys")
+    assert seed_names(net, {"prob": None}) == {"prob": "prob_grad"}
