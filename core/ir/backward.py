@@ -20,6 +20,7 @@ Differences from upstream, all deliberate:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -545,14 +546,32 @@ def op_gradient(
     try:
         grad_ops, g_input = get_gradient_for_op(op, g_output, env)
     except NetgradError as exc:
+        outputs = op.output[:]
         problems = [
             p
             if p.path is not None or p.op_index is not None
-            else Diagnostic(p.severity, p.code, p.message, 0, op.type, f"op[0]:{op.type}", p.blobs)
+            else Diagnostic(p.severity, p.code, _with_g_output_hint(p.message, outputs), 0,
+                            op.type, f"op[0]:{op.type}", p.blobs)
             for p in exc.problems
         ]
-        raise type(exc)(exc.message, problems) from exc
+        message = problems[0].message if len(exc.problems) == 1 else exc.message
+        raise type(exc)(message, problems) from exc
     return OpGradientResult(grad_ops, list(g_input), list(env.diagnostics))
+
+
+#: Caffe2's words for a maker's missing or sparse output gradient (``GO``).
+_GO_MESSAGE = re.compile(r"Gradient of output (?P<name>.*) is (not provided!|sparse \(expected "
+                         r"dense\)\.)")
+
+
+def _with_g_output_hint(message: str, outputs: Sequence[str]) -> str:
+    """Caffe2's "Gradient of output y is not provided!" plus which ``g_output`` entry to give
+    (``/v1/gradients/op`` answers: the caller chose ``g_output``)."""
+    found = _GO_MESSAGE.fullmatch(message)
+    if found is None or found["name"] not in outputs:
+        return message
+    k = list(outputs).index(found["name"])
+    return f"{message} Give g_output[{k}] a dense gradient: a blob name (a string)."
 
 
 register_subnet_pass(backward)

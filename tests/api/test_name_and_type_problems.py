@@ -36,6 +36,8 @@ def _relu(g: Any) -> dict[str, Any]:
 def test_an_empty_output_gradient_is_no_gradient(client: TestClient, g: Any) -> None:
     body = assert_problem(client.post("/v1/gradients/op", json=_relu(g)), 422)
     assert "Gradient of output y is not provided" in body["errors"][0]["message"]
+    assert "Give g_output[0] a dense gradient" in body["errors"][0]["message"]
+    assert "Give g_output[0] a dense gradient" in body["detail"]
     assert body["errors"][0]["path"] == "op[0]:Relu"
 
 
