@@ -35,7 +35,7 @@ def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bo
     missing = [y for y in seeds if not written(y)]
     if missing:
         raise InvalidRequestError(
-            f"ys names blobs that no op writes: {', '.join(missing)}",
+            f"ys names blobs that no op writes: {', '.join(repr(y) for y in missing)}",
             [
                 Diagnostic("error", "unknown_ys_blob", f"no op writes blob '{y}'", path="ys",
                            blobs=(y,))

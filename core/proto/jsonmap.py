@@ -134,9 +134,9 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
 #: json_format's prefix for the field whose value it could not parse, one per level.
 _FAILED = "Failed to parse "
 _AT = re.compile(r" at [\w.\[\]]+$")
-#: Most single values :func:`_locate` asks json_format about (then it gives up: the answer
-#: keeps json_format's text, with the top field's path).
-MAX_LOCATE_CHECKS = 2000
+#: Most questions :func:`_locate` asks json_format (then it gives up: the answer keeps
+#: json_format's text, with the top field's path). An array of n values takes about log2(n).
+MAX_LOCATE_CHECKS = 64
 _FD = descriptor.FieldDescriptor
 _INT_TYPES = {_FD.TYPE_INT32: "int32", _FD.TYPE_INT64: "int64", _FD.TYPE_UINT32: "uint32",
               _FD.TYPE_UINT64: "uint64", _FD.TYPE_SINT32: "sint32", _FD.TYPE_SINT64: "sint64",
@@ -150,9 +150,10 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     json_format names the chain of keys down to the field it failed on (``Failed to parse op
     field: Failed to parse arg field: Failed to parse i field: <reason>``), not which element
     of each array. :func:`_locate` follows that chain through ``work`` (what json_format
-    parsed) and asks json_format itself about each candidate value in turn; the first it
-    refuses is the one, since json_format parses in order. Anything unexpected, or too many
-    candidates, keeps json_format's own text with no path below the top.
+    parsed); in each array it asks json_format itself about halves until one element is
+    left, the first that json_format refuses on its own (it parses in order), and it names a
+    value only after json_format refused that very value. Anything unexpected, or too many
+    questions, keeps json_format's own text with no path below the top.
     """
     text = str(exc)
     chain: list[str] = []
@@ -188,33 +189,38 @@ def _locate(work: Any, desc: Any, chain: list[str]) -> tuple[str, Any] | None:
             return True
         return False
 
+    def first_refused(desc: Any, key: str, items: list[Any]) -> int:
+        """Index of the first element of ``items`` (an array json_format refused) that it
+        refuses on its own: bisection over slices, about log2(len) questions."""
+        lo, hi = 0, len(items)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if refused(desc, key, items[lo:mid]):
+                hi = mid
+            else:
+                lo = mid
+        return lo
+
     def walk(obj: Any, desc: Any, level: int, where: str) -> tuple[str, Any] | None:
-        if not isinstance(obj, dict) or chain[level] not in obj:
-            return None
         key = chain[level]
+        if not isinstance(obj, dict) or key not in obj:
+            return None
         field = desc.fields_by_name.get(key) or desc.fields_by_camelcase_name.get(key)
         if field is None:
             return None
         here = f"{where}.{field.name}" if where else field.name
         value = obj[key]
-        if level == len(chain) - 1:  # json_format failed on this field's value
-            if field.is_repeated and isinstance(value, list):
-                for k, v in enumerate(value):
-                    if refused(desc, key, [v]):
-                        return f"{here}[{k}]", field
-            return (here, field) if refused(desc, key, value) else None
-        if field.message_type is None:
-            return None
-        items: list[tuple[int | None, Any]] = (
-            list(enumerate(value)) if field.is_repeated and isinstance(value, list)
-            else [(None, value)]
-        )
-        for j, v in items:
-            at = here if j is None else f"{here}[{j}]"
-            inner = walk(v, field.message_type, level + 1, at)
-            if inner is not None:
-                return inner
-        return None
+        last = level == len(chain) - 1
+        if field.is_repeated and isinstance(value, list) and value:
+            k = first_refused(desc, key, value)
+            here, value = f"{here}[{k}]", value[k]
+            if not last and field.message_type is not None and isinstance(value, dict):
+                return walk(value, field.message_type, level + 1, here)
+            return (here, field) if refused(desc, key, [value]) else None
+        if not last and field.message_type is not None and isinstance(value, dict):
+            return walk(value, field.message_type, level + 1, here)
+        # json_format failed on this value (or, not an object where one belongs, on it)
+        return (here, field) if refused(desc, key, value) else None
 
     try:
         return walk(work, desc, 0, "")
@@ -301,6 +307,9 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
         if val is None:
             continue
         if (desc.full_name, field.name) in TEXT_BYTES_FIELDS:
+            if field.is_repeated and not isinstance(val, list):
+                raise DecodeError.at(f"{here} must be a JSON array of strings (UTF-8 text), "
+                                     f"got {type(val).__name__}", path=here, code="invalid_field")
             out[key] = ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
                         if isinstance(val, list) else fix(val, here))
         elif field.message_type is not None:

@@ -152,13 +152,37 @@ def test_a_camel_case_key_gets_its_path_too(client: TestClient) -> None:
     assert body["errors"][0]["path"] == "net.op[0].is_gradient_op"
 
 
-def test_locating_gives_up_on_many_values_and_keeps_json_formats_words(
-        client: TestClient) -> None:
-    from core.proto.jsonmap import MAX_LOCATE_CHECKS
+def test_a_late_bad_value_of_a_long_array_is_found(client: TestClient) -> None:
+    op = {"type": "Relu", "input": ["x"] + ["x"] * 20000 + [1], "output": ["y"],
+          "arg": [{"name": "a", "ints": [1] * 150000 + ["x"]}]}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    assert body["errors"][0]["path"] == "net.op[0].input[20001]"
+    ops = [{"type": "Relu", "input": ["x"], "output": ["y"]}] * 3000 + [5]
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": ops}, "ys": ["y"]}), 400)
+    assert body["errors"][0]["path"] == "net.op[3000]"
 
-    floats = [0.5] * (MAX_LOCATE_CHECKS + 10) + ["x"]
+
+@pytest.mark.parametrize(("edit", "path"), [
+    ({"arg": [{"name": "a", "n": [{"op": []}]}]}, "op.arg[0].n"),  # an array for a NetDef
+    ({"arg": [[1]]}, "op.arg[0]"),
+    ({"deviceOption": [1]}, "op.device_option"),
+])
+def test_an_array_where_a_message_belongs_is_named(
+        client: TestClient, edit: dict[str, Any], path: str) -> None:
+    op = {"type": "Relu", "input": ["x"], "output": ["y"], **edit}
+    r = client.post("/v1/gradients/op", json={"op": op, "g_output": ["g"]})
+    assert assert_problem(r, 400)["errors"][0]["path"] == path
+
+
+def test_locating_gives_up_after_its_questions_and_keeps_json_formats_words(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.proto import jsonmap
+
+    monkeypatch.setattr(jsonmap, "MAX_LOCATE_CHECKS", 3)
     op = {"type": "Relu", "input": ["x"], "output": ["y"],
-          "arg": [{"name": "a", "floats": floats}]}
+          "arg": [{"name": "a", "floats": [0.5] * 1000 + ["x"]}]}
     body = assert_problem(client.post("/v1/gradients/net",
                                       json={"net": {"op": [op]}, "ys": ["y"]}), 400)
     (e,) = body["errors"]
