@@ -137,6 +137,9 @@ _AT = re.compile(r" at [\w.\[\]]+$")
 #: Most questions :func:`_locate` asks json_format (then it gives up: the answer keeps
 #: json_format's text, with the top field's path). An array of n values takes about log2(n).
 MAX_LOCATE_CHECKS = 64
+#: Longest array :func:`_locate` bisects (its questions reparse about the array once more);
+#: a longer one is named without the index of its bad value.
+MAX_BISECT = 65536
 _FD = descriptor.FieldDescriptor
 _INT_TYPES = {_FD.TYPE_INT32: "int32", _FD.TYPE_INT64: "int64", _FD.TYPE_UINT32: "uint32",
               _FD.TYPE_UINT64: "uint64", _FD.TYPE_SINT32: "sint32", _FD.TYPE_SINT64: "sint64",
@@ -211,6 +214,8 @@ def _locate(work: Any, desc: Any, chain: list[str]) -> tuple[str, Any] | None:
         here = f"{where}.{field.name}" if where else field.name
         value = obj[key]
         last = level == len(chain) - 1
+        if field.is_repeated and isinstance(value, list) and len(value) > MAX_BISECT:
+            return here, field  # (json_format named this field: the array, without an index)
         if field.is_repeated and isinstance(value, list) and value:
             k = first_refused(desc, key, value)
             here, value = f"{here}[{k}]", value[k]

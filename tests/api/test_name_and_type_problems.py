@@ -211,3 +211,13 @@ def test_verify_refuses_an_empty_seed_name_like_the_others() -> None:
         (e,) = info.value.problems
         assert (e.code, e.path) == ("empty_seed_name", "ys")
     assert seed_names(net, {"prob": None}) == {"prob": "prob_grad"}
+
+
+def test_a_very_long_array_is_named_without_reparsing_it(client: TestClient) -> None:
+    from core.proto.jsonmap import MAX_BISECT
+
+    op = {"type": "Relu", "input": ["x"], "output": ["y"],
+          "arg": [{"name": "a", "floats": [0.5] * MAX_BISECT + ["x"]}]}
+    body = assert_problem(client.post("/v1/gradients/net",
+                                      json={"net": {"op": [op]}, "ys": ["y"]}), 400)
+    assert body["errors"][0]["path"] == "net.op[0].arg[0].floats"
