@@ -382,24 +382,9 @@ def get_kernel(op_type: str) -> KernelFn | None:
 def get_gradient_for_op(
     op: OperatorDef, g_output: Sequence[GradValue], env: Any = None
 ) -> tuple[list[OperatorDef], list[GradValue]]:
-    """Gradient ops and ``g_input`` of one forward op; see :func:`gradient_for_op_detailed`."""
-    ops, g_input, _ = gradient_for_op_detailed(op, g_output, env)
+    """Gradient ops and ``g_input`` of one forward op; see :func:`gradient_for_op_read`."""
+    ops, g_input, _, _, _ = gradient_for_op_read(op, g_output, env)
     return ops, g_input
-
-
-def gradient_for_op_detailed(
-    op: OperatorDef,
-    g_output: Sequence[GradValue],
-    env: Any = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
-    op_type: str | None = None,
-) -> tuple[list[OperatorDef], list[GradValue], list[int]]:
-    """Gradient ops, ``g_input`` and input reads of one op; see :func:`gradient_for_op_read`."""
-    ops, g_input, input_reads, _, _ = gradient_for_op_read(
-        op, g_output, env, input_names, output_names, op_type
-    )
-    return ops, g_input, input_reads
 
 
 def gradient_for_op_read(
@@ -495,19 +480,15 @@ def gradient_for_op_read(
 def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
     """Mark a maker's ops as gradient ops and copy the forward op's device option, engine
     and arguments into them, as the entry asks (Caffe2 ``GradientMakerBase::Get``)."""
-    if not (
-        (e.copy_device_option and op.HasField("device_option"))
-        or (e.copy_engine and op.HasField("engine"))
-        or (e.copy_arguments and len(op.arg))
-    ):  # the common case: only the mark
-        for g in ops:
-            g.is_gradient_op = True
-        return
     device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
     engine = op.engine if e.copy_engine and op.HasField("engine") else None
     # (a list: extending from a list of the Argument messages is about twice as fast as
     # from the repeated field itself)
     args = op.arg[:] if e.copy_arguments and len(op.arg) else None
+    if device is None and engine is None and args is None:  # the common case: only the mark
+        for g in ops:
+            g.is_gradient_op = True
+        return
     for g in ops:
         g.is_gradient_op = True
         if device is not None:

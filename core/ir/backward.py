@@ -570,7 +570,7 @@ def _with_g_output_hint(message: str, outputs: Sequence[str]) -> str:
     found = _GO_MESSAGE.fullmatch(message)
     if found is None or found["name"] not in outputs:
         return message
-    k = list(outputs).index(found["name"])
+    k = outputs.index(found["name"])
     return f"{message} Give g_output[{k}] a dense gradient: a blob name (a string)."
 
 
