@@ -55,7 +55,8 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     try:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
-        _refuse_bare_message(body.data, cls, exc)
+        if not (exc.problems and exc.problems[0].path):  # (a located problem: not bare)
+            _refuse_bare_message(body.data, cls, exc)
         if "MaxDepth" in exc.message:  # deeper than upb follows: say where, if cheap to find
             is_op = cls is netgrad_pb2.OpGradientRequest
             for sub in limits.wire_submessages(body.data, 1, limit=_PATH_FIELDS):

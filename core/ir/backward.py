@@ -535,7 +535,8 @@ def op_gradient(
     env = GenEnv(limits)
     env.op_index = 0
     # Caffe2's GradientWrapper: an empty name is no gradient (IsEmpty), not a blob called "".
-    g_output = [None if g is not None and not any(grad_names(g)) else g for g in g_output]
+    empty = [g is not None and not any(grad_names(g)) for g in g_output]
+    g_output = [None if e else g for g, e in zip(g_output, empty, strict=True)]
     for i, g in enumerate(g_output):
         if isinstance(g, GradientSlice) and not all(grad_names(g)):
             raise InvalidRequestError.at(
@@ -550,8 +551,8 @@ def op_gradient(
         problems = [
             p
             if p.path is not None or p.op_index is not None
-            else Diagnostic(p.severity, p.code, _with_g_output_hint(p.message, outputs), 0,
-                            op.type, f"op[0]:{op.type}", p.blobs)
+            else Diagnostic(p.severity, p.code, _with_g_output_hint(p.message, outputs, empty),
+                            0, op.type, f"op[0]:{op.type}", p.blobs)
             for p in exc.problems
         ]
         message = problems[0].message if len(exc.problems) == 1 else exc.message
@@ -564,13 +565,17 @@ _GO_MESSAGE = re.compile(r"Gradient of output (?P<name>.*) is (not provided!|spa
                          r"dense\)\.)")
 
 
-def _with_g_output_hint(message: str, outputs: Sequence[str]) -> str:
+def _with_g_output_hint(message: str, outputs: Sequence[str], empty: Sequence[bool]) -> str:
     """Caffe2's "Gradient of output y is not provided!" plus which ``g_output`` entry to give
-    (``/v1/gradients/op`` answers: the caller chose ``g_output``)."""
+    (``/v1/gradients/op`` answers: the caller chose ``g_output``); ``empty[k]``: entry ``k``
+    was given as an empty name (which Caffe2 reads as none)."""
     found = _GO_MESSAGE.fullmatch(message)
     if found is None or found["name"] not in outputs:
         return message
     k = outputs.index(found["name"])
+    if empty[k]:
+        return (f"{message} g_output[{k}] is an empty name, which means no gradient; give "
+                "the gradient's blob name (a string).")
     return f"{message} Give g_output[{k}] a dense gradient: a blob name (a string)."
 
 

@@ -112,15 +112,19 @@ def _check_utf8(msg: message.Message) -> None:
     Raises:
         DecodeError: naming the offending field.
     """
-    stack_: list[tuple[message.Message, str]] = [(msg, msg.DESCRIPTOR.name)]
+    stack_: list[tuple[message.Message, str]] = [(msg, "")]
     while stack_:
         cur, where = stack_.pop()
         for field, value in cur.ListFields():
-            here = f"{where}.{field.name}"
+            here = f"{where}.{field.name}" if where else field.name
             if field.type == _STRING:
                 values = value if field.is_repeated else [value]
-                if any(isinstance(v, bytes) for v in values):
-                    raise DecodeError(f"{here} holds bytes that are not valid UTF-8")
+                for k, v in enumerate(values):
+                    if isinstance(v, bytes):
+                        at = f"{here}[{k}]" if field.is_repeated else here
+                        raise DecodeError.at(
+                            f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
+                            "UTF-8", path=at)
             elif field.message_type is not None:
                 if field.is_repeated:
                     stack_.extend((v, f"{here}[{k}]") for k, v in enumerate(value))

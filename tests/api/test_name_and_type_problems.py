@@ -36,8 +36,10 @@ def _relu(g: Any) -> dict[str, Any]:
 def test_an_empty_output_gradient_is_no_gradient(client: TestClient, g: Any) -> None:
     body = assert_problem(client.post("/v1/gradients/op", json=_relu(g)), 422)
     assert "Gradient of output y is not provided" in body["errors"][0]["message"]
+    assert "g_output[0] is an empty name" in body["errors"][0]["message"]
+    assert "g_output[0] is an empty name" in body["detail"]
+    body = assert_problem(client.post("/v1/gradients/op", json=_relu(None)), 422)
     assert "Give g_output[0] a dense gradient" in body["errors"][0]["message"]
-    assert "Give g_output[0] a dense gradient" in body["detail"]
     assert body["errors"][0]["path"] == "op[0]:Relu"
 
 
@@ -221,3 +223,17 @@ def test_a_very_long_array_is_named_without_reparsing_it(client: TestClient) -> 
     body = assert_problem(client.post("/v1/gradients/net",
                                       json={"net": {"op": [op]}, "ys": ["y"]}), 400)
     assert body["errors"][0]["path"] == "net.op[0].arg[0].floats"
+
+
+def test_a_binary_body_with_bad_utf8_names_the_string_not_a_bare_netdef(
+        client: TestClient) -> None:
+    from api_schemas import caffe2_pb2, netgrad_pb2
+
+    op = caffe2_pb2.OperatorDef(type="Relu", input=["x", "z"], output=["y"])
+    req = netgrad_pb2.NetGradientRequest(net=caffe2_pb2.NetDef(op=[op]), ys=[{"blob": "y"}])
+    data = req.SerializeToString().replace(b"z", b"\xff")
+    r = client.post("/v1/gradients/net", content=data,
+                    headers={"Content-Type": "application/protobuf"})
+    body = assert_problem(r, 400)
+    assert body["errors"][0]["path"] == "net.op[0].input[1]"
+    assert "bare" not in body["detail"] and "wraps it" not in body["detail"]
