@@ -2,8 +2,10 @@
 
 Measures ``core.api.gradient_for_net`` on:
 
-* an MLP of N FC+Relu layers (N = 10, 100, 300, 1000, 3000): µs per forward op, and the
-  ratio to protobuf parse+serialize of the same NetDef;
+* an MLP of N FC+Relu layers (N = 10, 100, 300, 1000, 3000): µs per forward op, beside
+  the floor walk (:func:`bench.nets.floor_walk`: one protobuf op per forward op and one
+  dict, no checks, the least any pass in Python does) and protobuf parse+serialize of the
+  same NetDef;
 * the real nets in ``../shared/realnets`` (when present), ``recompute=True``;
 * nested control flow, depth 1…64 of alternating If/While/Do around ``Scale``.
 
@@ -57,6 +59,11 @@ def _case(name: str) -> tuple[Callable[[], object], int]:
     from core.ir.env import GenLimits
 
     kind, _, arg = name.partition(":")
+    if kind == "floor":
+        from bench.nets import floor_walk
+
+        floor_net = mlp(int(arg))
+        return (lambda: floor_walk(floor_net, "loss")), len(floor_net.op)
     if kind in ("mlp", "proto"):
         net = mlp(int(arg))
         if kind == "proto":
@@ -206,23 +213,27 @@ def main() -> None:
     labels = [t.label for t in trees]
     try:
         if ns.only in (None, "mlp"):
-            cases = [f"mlp:{n}" for n in MLP_SIZES] + [f"proto:{n}" for n in MLP_SIZES]
+            cases = [f"{kind}:{n}" for kind in ("mlp", "floor", "proto") for n in MLP_SIZES]
             best = measure(trees, cases, rounds)
             print("## MLP (FC + Relu) generation\n")
             head = " | ".join(f"{lb} µs / op" for lb in labels)
-            print(f"| N layers | forward ops | {head} | protobuf parse+serialize µs / op |"
-                  + (" speed-up |" if len(trees) > 1 else ""))
-            print("|---:|---:|" + "---:|" * (len(labels) + 1 + (len(trees) > 1)))
+            print(f"| N layers | forward ops | {head} | floor walk µs / op | protobuf "
+                  "parse+serialize µs / op |" + (" speed-up |" if len(trees) > 1 else ""))
+            print("|---:|---:|" + "---:|" * (len(labels) + 2 + (len(trees) > 1)))
             for n in MLP_SIZES:
                 ops = len(mlp(n).op)
                 per = [best[(lb, f"mlp:{n}")] / ops * 1e6 for lb in labels]
+                floor = best[(labels[-1], f"floor:{n}")] / ops * 1e6
                 proto = best[(labels[-1], f"proto:{n}")] / ops * 1e6
                 row = " | ".join(f"{p:.2f}" for p in per)
                 extra = f" {per[0] / per[-1]:.2f}× |" if len(trees) > 1 else ""
-                print(f"| {n} | {ops} | {row} | {proto:.3f} |{extra}")
+                print(f"| {n} | {ops} | {row} | {floor:.2f} | {proto:.3f} |{extra}")
             for lb in labels:
                 growth = best[(lb, "mlp:3000")] / best[(lb, "mlp:300")]
                 print(f"\n{lb}: N = 300 → 3000 (10× the ops) took {growth:.1f}× the time.")
+            floor_growth = best[(labels[-1], "floor:3000")] / best[(labels[-1], "floor:300")]
+            print(f"floor walk (bench.nets.floor_walk, not a correct gradient): N = 300 → 3000 "
+                  f"took {floor_growth:.1f}× the time.")
         if ns.only in (None, "real"):
             print("\n## Real nets (`recompute=True`)\n")
             if not SHARED.is_dir():

@@ -60,3 +60,43 @@ def nested_control(depth: int) -> NetDef:
             )
         body = outer
     return body
+
+
+def floor_walk(net: NetDef, y: str) -> list[caffe2_pb2.OperatorDef]:
+    """The least a backward pass in Python can do: the floor that netgrad's pass is timed against.
+
+    One reverse walk over ``net.op``. Each op whose first output has a gradient gets one
+    ``<type>Gradient`` OperatorDef. It reads the op's inputs and that output gradient, and
+    writes ``<input>_grad`` for every input. One dict maps blob -> gradient name.
+
+    It keeps no SSA versions, checks nothing, never accumulates and asks no maker, so its
+    answer is **not** a correct gradient. It only measures what reading the forward names
+    out of protobuf, building one protobuf op per forward op and one dictionary cost in
+    CPython on this machine. The issue 10 growth target is judged beside it: see
+    ``bench/README.md`` §5f.
+
+    Args:
+        net: forward NetDef, e.g. :func:`mlp`.
+        y: the blob whose gradient seeds the walk (``"loss"`` for :func:`mlp`).
+
+    Returns:
+        The gradient OperatorDefs, last forward op's first.
+    """
+    grad = {y: y + "_grad"}
+    out = []
+    for op in reversed(net.op[:]):
+        ins = op.input[:]
+        g = grad.get(op.output[0]) if len(op.output) else None
+        if g is None:
+            continue
+        gop = caffe2_pb2.OperatorDef()
+        gop.type = op.type + "Gradient"
+        gop.input.extend(ins)
+        gop.input.append(g)
+        g_in = [name + "_grad" for name in ins]
+        gop.output.extend(g_in)
+        gop.is_gradient_op = True
+        for name, gi in zip(ins, g_in, strict=True):
+            grad[name] = gi
+        out.append(gop)
+    return out
