@@ -68,3 +68,32 @@ def test_readme_do_example_output_is_what_the_api_answers() -> None:
         ).json()
     assert outputs[0] == answer, "README curl output is stale: rerun the example"
     assert outputs[1] == problem
+
+
+def _top_level_json_fields(desc: object) -> set[str]:
+    """The names a JSON request body of ``desc`` takes at its top level (``(json).inline``
+    fields contribute their own fields instead of their name)."""
+    from api_schemas import netgrad_pb2
+
+    out: set[str] = set()
+    for f in desc.fields:  # type: ignore[attr-defined]
+        if f.message_type is not None and f.GetOptions().Extensions[netgrad_pb2.json].inline:
+            out |= _top_level_json_fields(f.message_type)
+        else:
+            out.add(f.name)
+    return out
+
+
+def test_readme_endpoint_table_lists_every_request_field() -> None:
+    """The endpoint table's request column names exactly the fields the route's message has
+    (it had drifted: ``densify`` of /v1/verify and /v1/run was missing)."""
+    from app.api.hints import ROUTE_MESSAGES
+
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\| `POST (/v1/[a-z/]+)` \| `\{([^}]*)\}`", README, re.MULTILINE)}
+    checked = 0
+    for route in ("/v1/gradients/op", "/v1/gradients/net", "/v1/verify", "/v1/run"):
+        listed = {name.strip().rstrip("?") for name in rows[route].split(",")}
+        assert listed == _top_level_json_fields(ROUTE_MESSAGES[route]), route
+        checked += 1
+    assert checked == 4

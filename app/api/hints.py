@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from core.errors import DecodeError
 from core.types import Diagnostic
 
 #: The request message of each POST route.
@@ -73,14 +74,54 @@ PBTXT_HINT = (
 )
 
 
+JSON_AS_BINARY_HINT = (
+    "the body looks like JSON; send it with Content-Type application/json"
+)
+TEXT_AS_BINARY_HINT = (
+    "the body looks like protobuf text format; send it with Content-Type text/x-protobuf"
+)
+
+
+def media_hint(data: bytes) -> str | None:
+    """What to send instead, for a body sent as binary protobuf that failed to parse as one
+    but reads as JSON (``{`` or ``[`` first) or text format (a field name, then ``{``/``:``)."""
+    head = data[:64].lstrip()
+    if head[:1] in (b"{", b"["):
+        return JSON_AS_BINARY_HINT
+    word = head.split(b" ", 1)[0].split(b"{", 1)[0].split(b":", 1)[0]
+    if word and word.replace(b"_", b"").isalnum() and head[:1].isalpha() and (
+            b"{" in head or b":" in head):
+        return TEXT_AS_BINARY_HINT
+    return None
+
+
+def refuse_other_media(data: bytes, exc: DecodeError) -> None:
+    """Re-raise ``exc`` saying which Content-Type to use when a body sent as binary protobuf
+    is JSON or text format (:func:`media_hint`); return otherwise.
+
+    Raises:
+        DecodeError: ``exc``'s code, the hint appended.
+    """
+    hint = media_hint(data)
+    if hint is not None:
+        code = exc.problems[0].code if exc.problems else None
+        raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
+
+
 def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
     if desc.full_name in seen:
         return
     seen.add(desc.full_name)
+    bare = _is_bare_oneof(desc)
     for f in desc.fields:
-        into.add(f.name)
+        if not bare:  # (a bare oneof's member names are never JSON keys: `dense`, `slice`)
+            into.add(f.name)
         if f.message_type is not None and not f.message_type.GetOptions().map_entry:
             _field_names(f.message_type, into, seen)
+
+
+def _is_bare_oneof(desc: Descriptor) -> bool:
+    return bool(desc.GetOptions().Extensions[netgrad_pb2.json_bare_oneof])
 
 
 @cache
@@ -112,8 +153,10 @@ def _field_paths(route: str) -> dict[str, str]:
         if d.full_name in seen:
             continue
         seen.add(d.full_name)
+        bare = _is_bare_oneof(d)
         for f in d.fields:
-            out.setdefault(f.name, prefix + f.name)
+            if not bare:
+                out.setdefault(f.name, prefix + f.name)
             if f.message_type is None or f.message_type.GetOptions().map_entry:
                 continue
             inline = (d.full_name.startswith("netgrad.v1.")

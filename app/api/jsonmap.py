@@ -13,6 +13,7 @@ Caffe2 messages inside (``op``, ``net``, ``grad_ops``) go through :mod:`core.pro
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -304,6 +305,19 @@ def _bare(desc: Any, value: Any, path: str, caffe2: Caffe2Reader,
     cls = _cls(desc)
     if value is None:
         return cls()
+    if type(value) is dict and len(value) == 1:  # {"dense": "y_grad"}: a member by its name
+        (key, inner), = value.items()
+        member = desc.fields_by_name.get(key)
+        if member is not None and (member.message_type is None) != (type(inner) is dict):
+            if member.message_type is not None:
+                bare = "{" + ", ".join(f'"{f.name}": ...' for f in member.message_type.fields) + "}"
+            elif type(inner) is str and len(inner) <= 200:
+                bare = json.dumps(inner)
+            else:
+                bare = "a string"
+            raise _Invalid("invalid_field", path, (
+                f'names the member {key}; in JSON the member is written bare: {bare}, not '
+                f'{{"{key}": ...}}'))
     for f in desc.fields:
         is_message = f.message_type is not None
         if is_message == (type(value) is dict) and (is_message or type(value) is str):

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
+from app.api.hints import refuse_other_media
 from app.errors import ProblemError
 from core.errors import DecodeError, LimitExceededError
 
@@ -207,7 +208,11 @@ async def read_body(
             if watch is not None:
                 watch(chunk)
             if decoder is None and not chunks:
-                _check_binary_start(chunk, size)
+                try:
+                    _check_binary_start(chunk, size)
+                except DecodeError as exc:
+                    refuse_other_media(chunk, exc)
+                    raise
                 if message is not None and size is not None and size > len(chunk):
                     _check_cut_string(chunk, message)
             if decoder is None:

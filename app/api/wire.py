@@ -22,6 +22,7 @@ from google.protobuf import message
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app import observability
 from app.api import jsonmap
+from app.api.hints import refuse_other_media
 from app.api.negotiation import Body, Media, json_bytes
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
@@ -57,6 +58,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     except DecodeError as exc:
         if not (exc.problems and exc.problems[0].path):  # (a located problem: not bare)
             _refuse_bare_message(body.data, cls, exc)
+            refuse_other_media(body.data, exc)
         if "MaxDepth" in exc.message:  # deeper than upb follows: say where, if cheap to find
             is_op = cls is netgrad_pb2.OpGradientRequest
             for sub in limits.wire_submessages(body.data, 1, limit=_PATH_FIELDS):

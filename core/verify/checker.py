@@ -219,6 +219,29 @@ def _feeds(job: _Job, limits: RunLimits) -> dict[str, np.ndarray]:
     return {k: _readonly(v) for k, v in feeds.items()}  # snapshot (bug-cases row 11)
 
 
+def _refuse_non_finite(feeds: dict[str, np.ndarray], check: list[str],
+                       given: list[str]) -> None:
+    """Refuse a checked input holding NaN or an infinity: its finite differences (and so
+    the report) would be NaN. ``given``: the blobs of the request's ``inputs``, in order
+    (a blob from ``init_net`` alone has no index there).
+
+    Raises:
+        InvalidRequestError: path ``inputs[k].tensor.data`` (or ``check``), naming the
+            blob and the first non-finite element.
+    """
+    for blob in check:
+        flat = feeds[blob].reshape(-1)
+        if np.isfinite(flat).all():
+            continue
+        at = int(np.flatnonzero(~np.isfinite(flat))[0])
+        what = "NaN" if np.isnan(flat[at]) else "an infinity"
+        path = f"inputs[{given.index(blob)}].tensor.data" if blob in given else "check"
+        raise InvalidRequestError.at(
+            f"input '{blob}' holds {what} at element {at}; the finite differences of a checked "
+            "input need finite values: give finite values, or leave the blob out of `check`",
+            path=path, blobs=[blob])
+
+
 def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
              with_gradient: bool = True) -> _Prepared:
     """Validate, feed, run the forward net (kink scan), draw the loss weights, pick the step
@@ -248,6 +271,7 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             raise InvalidRequestError(f"check names '{blob}', which is not a fed input")
         if feeds[blob].dtype.kind != "f":
             raise InvalidRequestError(f"check names '{blob}', which is not a float input")
+    _refuse_non_finite(feeds, check, [spec.blob for spec in opts.inputs])
 
     ctx = ExecContext(limits)
     scanner = KinkScanner()
@@ -419,15 +443,19 @@ def _fast(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float,
 
 def _validate(opts: VerifyOptions) -> None:
     if opts.mode not in MODES:
-        raise InvalidRequestError(f"mode must be 'fast' or 'full', got {opts.mode!r}")
+        raise InvalidRequestError.at(f"mode must be 'fast' or 'full', got {opts.mode!r}",
+                                     path="mode")
     if opts.step is not None and not (opts.step > 0 and math.isfinite(opts.step)):
-        raise InvalidRequestError(f"step must be a positive number, got {opts.step}")
+        raise InvalidRequestError.at(f"step must be a positive number, got {opts.step}",
+                                     path="tolerances.step")
     if not (opts.atol >= 0 and opts.rtol >= 0):
-        raise InvalidRequestError("atol and rtol must be >= 0")
+        bad = "atol" if not opts.atol >= 0 else "rtol"
+        raise InvalidRequestError.at("atol and rtol must be >= 0", path=f"tolerances.{bad}")
     if not 1 <= opts.passes <= MAX_PASSES:
-        raise InvalidRequestError(f"passes must be in 1..{MAX_PASSES}, got {opts.passes}")
+        raise InvalidRequestError.at(f"passes must be in 1..{MAX_PASSES}, got {opts.passes}",
+                                     path="passes")
     if opts.seed < 0:
-        raise InvalidRequestError(f"seed must be >= 0, got {opts.seed}")
+        raise InvalidRequestError.at(f"seed must be >= 0, got {opts.seed}", path="seed")
 
 
 def _adopt_auto_seeds(ops: list[OperatorDef], seeds: dict[str, str]) -> list[OperatorDef]:

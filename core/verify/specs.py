@@ -179,39 +179,41 @@ class VerifyResult:
 
 
 # --- inputs ---------------------------------------------------------------------------------
-def _dtype(name: str, blob: str) -> Any:
+def _dtype(name: str, blob: str, where: str) -> Any:
     dt = DTYPES.get(name)
     if dt is None:
-        raise InvalidRequestError(
-            f"input '{blob}': dtype {name!r} is not one of float32, float64, int32, int64, bool"
-        )
+        raise InvalidRequestError.at(
+            f"input '{blob}': dtype {name!r} is not one of float32, float64, int32, int64, bool",
+            path=f"{where}.dtype", blobs=[blob])
     return dt
 
 
-def _shape(shape: Sequence[int], blob: str, limits: RunLimits) -> tuple[int, ...]:
+def _shape(shape: Sequence[int], blob: str, limits: RunLimits, where: str) -> tuple[int, ...]:
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
-        raise InvalidRequestError(f"input '{blob}': negative dimension in shape {list(dims)}")
+        raise InvalidRequestError.at(
+            f"input '{blob}': negative dimension in shape {list(dims)}",
+            path=f"{where}.shape", blobs=[blob])
     if any(d > limits.max_elements for d in dims):  # even when another dimension is 0
-        raise InvalidRequestError(
+        raise InvalidRequestError.at(
             f"input '{blob}': dimension above the tensor limit of {limits.max_elements} "
-            f"in shape {list(dims)}"
-        )
+            f"in shape {list(dims)}", path=f"{where}.shape", blobs=[blob])
     check_elements(math.prod(dims), f"input blob '{blob}'", limits)
     return dims
 
 
 def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[int, ...],
-            dt: Any) -> np.ndarray:
+            dt: Any, where: str) -> np.ndarray:
+    def bad(message: str, field: str = "low") -> InvalidRequestError:
+        return InvalidRequestError.at(message, path=f"{where}.{field}", blobs=[blob])
+
     if spec.distribution not in DISTRIBUTIONS:
-        raise InvalidRequestError(
-            f"input '{blob}': distribution {spec.distribution!r} is not one of "
-            f"{', '.join(DISTRIBUTIONS)}"
-        )
+        raise bad(f"input '{blob}': distribution {spec.distribution!r} is not one of "
+                  f"{', '.join(DISTRIBUTIONS)}", "distribution")
     kind = np.dtype(dt).kind
-    for bound in (spec.low, spec.high):
+    for which, bound in (("low", spec.low), ("high", spec.high)):
         if bound is not None and not math.isfinite(bound):
-            raise InvalidRequestError(f"input '{blob}': low and high must be finite numbers")
+            raise bad(f"input '{blob}': low and high must be finite numbers", which)
     if kind == "b":
         return rng.random(shape) < 0.5
     if kind in "iu":
@@ -219,15 +221,13 @@ def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[
         hi = int(spec.high) if spec.high is not None else 10
         info = np.iinfo(dt)
         if hi <= lo or lo < info.min or hi - 1 > info.max:
-            raise InvalidRequestError(
-                f"input '{blob}': need low < high within {np.dtype(dt).name}, got [{lo}, {hi})"
-            )
+            raise bad(
+                f"input '{blob}': need low < high within {np.dtype(dt).name}, got [{lo}, {hi})",
+                "low" if lo < info.min or spec.high is None else "high")
         return rng.integers(lo, hi, shape).astype(dt)
     d = spec.distribution
     if spec.low is not None and spec.high is not None and spec.low > spec.high:
-        raise InvalidRequestError(
-            f"input '{blob}': low {spec.low} is above high {spec.high}"
-        )
+        raise bad(f"input '{blob}': low {spec.low} is above high {spec.high}")
     defaults = {"uniform": (-1.0, 1.0), "positive": (0.5, 2.0), "away_from_zero": (0.2, 1.5)}
     if d == "normal":
         x = rng.standard_normal(shape)
@@ -237,10 +237,9 @@ def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[
     lo_f = spec.low if spec.low is not None else defaults[d][0]
     hi_f = spec.high if spec.high is not None else defaults[d][1]
     if hi_f <= lo_f or (d != "uniform" and lo_f <= 0):
-        raise InvalidRequestError(
+        raise bad(
             f"input '{blob}': {d} needs {'0 < ' if d != 'uniform' else ''}low < high, "
-            f"got [{lo_f}, {hi_f})"
-        )
+            f"got [{lo_f}, {hi_f})", "low" if spec.low is not None else "high")
     x = rng.uniform(lo_f, hi_f, shape)
     if d == "away_from_zero":
         x = x * rng.choice(np.array([-1.0, 1.0]), shape)
@@ -261,32 +260,39 @@ def materialize_inputs(
     out: dict[str, np.ndarray] = {}
     for k, spec in enumerate(specs):
         blob = spec.blob
+        where = f"inputs[{k}]"
         if blob in out:
-            raise InvalidRequestError(f"input '{blob}' is given twice")
+            raise InvalidRequestError.at(f"input '{blob}' is given twice",
+                                         path=f"{where}.blob", blobs=[blob])
         if (spec.tensor is None) == (spec.random is None):
-            raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
+            raise InvalidRequestError.at(
+                f"input '{blob}': give exactly one of tensor and random", path=where,
+                blobs=[blob])
         if spec.tensor is not None:
             t = spec.tensor
-            dt = _dtype(t.dtype, blob)
-            shape = _shape(t.shape, blob, limits)
+            where += ".tensor"
+            dt = _dtype(t.dtype, blob, where)
+            shape = _shape(t.shape, blob, limits, where)
             try:
                 data = np.asarray(t.data if t.data is not None else [], dtype=dt).reshape(-1)
             except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidRequestError(f"input '{blob}': bad data: {exc}") from exc
+                raise InvalidRequestError.at(f"input '{blob}': bad data: {exc}",
+                                             path=f"{where}.data", blobs=[blob]) from exc
             if data.size != math.prod(shape):
-                raise InvalidRequestError(
+                raise InvalidRequestError.at(
                     f"input '{blob}': shape {list(shape)} needs {math.prod(shape)} values, "
-                    f"got {data.size}"
-                )
+                    f"got {data.size}", path=f"{where}.data", blobs=[blob])
             out[blob] = data.reshape(shape).copy()
         else:
             r = spec.random
             if r is None:  # unreachable: exactly one of the two was checked above
                 raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
-            dt = _dtype(r.dtype, blob)
-            shape = _shape(r.shape, blob, limits)
+            where += ".random"
+            dt = _dtype(r.dtype, blob, where)
+            shape = _shape(r.shape, blob, limits, where)
             if r.seed is not None and r.seed < 0:
-                raise InvalidRequestError(f"input '{blob}': seed must be >= 0, got {r.seed}")
+                raise InvalidRequestError.at(f"input '{blob}': seed must be >= 0, got {r.seed}",
+                                             path=f"{where}.seed", blobs=[blob])
             rng = np.random.default_rng(r.seed if r.seed is not None else (seed, k))
-            out[blob] = np.asarray(_random(r, blob, rng, shape, dt))
+            out[blob] = np.asarray(_random(r, blob, rng, shape, dt, where))
     return out

@@ -47,6 +47,10 @@ def _camel_plural(req: dict[str, Any]) -> None:
     req["gOutputs"] = req.pop("g_output")
 
 
+def _nan_input(req: dict[str, Any]) -> None:
+    req["inputs"][2]["tensor"]["data"] = [0.1, "NaN", 0.3]  # fc_b
+
+
 Call = Callable[[TestClient], Response]
 
 #: (mistake, request, status, problem code, words the fix must contain)
@@ -88,6 +92,22 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
     ("tolerance at the top level",
      lambda c: c.post("/v1/verify", json={**docs.VERIFY_REQUEST, "atol": 1e-3}),
      400, "unknown_field", ["did you mean `tolerances.atol`?"]),
+    ("JSON body sent as binary protobuf",
+     lambda c: c.post("/v1/gradients/net", content=json.dumps(docs.NET_REQUEST),
+                      headers={"Content-Type": "application/protobuf"}),
+     400, "decode_error", ["looks like JSON", "application/json"]),
+    ("text-format body sent as binary protobuf",
+     lambda c: c.post("/v1/gradients/net", content='net { op { type: "Relu" } } ys { blob: "y" }',
+                      headers={"Content-Type": "application/protobuf"}),
+     400, "decode_error", ["looks like protobuf text format", "text/x-protobuf"]),
+    ("a dense g_output given as {\"dense\": name}",
+     lambda c: c.post("/v1/gradients/op", json={
+         "op": {"type": "Relu", "input": ["x"], "output": ["y"]},
+         "g_output": [{"dense": "y_grad"}]}),
+     400, "invalid_field", ['written bare: "y_grad"', 'not {"dense": ...}']),
+    ("a NaN in a checked input",
+     lambda c: c.post("/v1/verify", json=_with(docs.VERIFY_REQUEST, _nan_input)),
+     400, "invalid_request", ["holds NaN at element 1", "leave the blob out of `check`"]),
     ("trailing slash",
      lambda c: c.post("/v1/gradients/net/", json=docs.NET_REQUEST),
      404, "not_found", ["drop the trailing slash", "POST /v1/gradients/net"]),
@@ -182,3 +202,51 @@ def test_op_without_gradient_points_to_ys_and_skip(client: TestClient) -> None:
 def test_wrong_method_names_the_method(client: TestClient) -> None:
     body = assert_problem(client.get("/v1/verify"), 405)
     assert "use POST /v1/verify with a VerifyRequest body" in body["detail"]
+
+
+@pytest.mark.parametrize(("route", "edit", "path"), [
+    ("/v1/verify", lambda r: r.update(mode="ful"), "mode"),
+    ("/v1/verify", lambda r: r.update(passes=0), "passes"),
+    ("/v1/verify", lambda r: r.update(tolerances={"rtol": -1}), "tolerances.rtol"),
+    ("/v1/verify", _nan_input, "inputs[2].tensor.data"),
+    ("/v1/verify", lambda r: r["inputs"][0]["random"].update(shape=[-2]),
+     "inputs[0].random.shape"),
+    ("/v1/verify", lambda r: r["inputs"][0]["random"].update(distribution="gauss"),
+     "inputs[0].random.distribution"),
+    ("/v1/verify", lambda r: r["inputs"].append(r["inputs"][0]), "inputs[3].blob"),
+    ("/v1/run", lambda r: r["inputs"][2]["tensor"].update(shape=[4]), "inputs[2].tensor.data"),
+])
+def test_option_and_input_problems_name_their_field(client: TestClient, route: str,
+                                                    edit: Callable[[dict[str, Any]], None],
+                                                    path: str) -> None:
+    base = docs.VERIFY_REQUEST if route == "/v1/verify" else {
+        "net": docs.MLP_NET, "fetch": ["prob"],
+        "inputs": docs.VERIFY_REQUEST["inputs"]}
+    body = assert_problem(client.post(route, json=_with(base, edit)), 400)
+    assert [e["path"] for e in body["errors"]] == [path], body
+
+
+def test_bare_oneof_member_names_are_not_suggested(client: TestClient) -> None:
+    """`dense` / `slice` are never JSON keys (a Gradient is a bare string or a slice object),
+    so no "did you mean `g_output.dense`" that contradicts the error."""
+    body = assert_problem(client.post("/v1/gradients/op", json={
+        "op": {"type": "Relu", "input": ["x"], "output": ["y"]},
+        "g_output": [{"dense": {"name": "y_grad"}}]}), 400)
+    assert "did you mean" not in body["detail"], body["detail"]
+    assert body["errors"][0]["path"] == "g_output[0].dense"
+
+
+@pytest.mark.parametrize(("data", "want"), [
+    (b'{"net": {}}', "looks like JSON"),
+    (b"  [1, 2]", "looks like JSON"),
+    (b'net { op { type: "Relu" } }', "text format"),
+    (b"ys: 1", "text format"),
+    (b"\x0a\x05hello", None),
+    (b"\xff\xfe\x00", None),
+    (b"", None),
+])
+def test_media_hint_reads_only_what_is_certain(data: bytes, want: str | None) -> None:
+    from app.api.hints import media_hint
+
+    got = media_hint(data)
+    assert (got is None) if want is None else (got is not None and want in got), got
