@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from app.api.jsonmap import bare_oneof
 from core.errors import DecodeError
 from core.types import Diagnostic
 
@@ -112,16 +113,13 @@ def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
     if desc.full_name in seen:
         return
     seen.add(desc.full_name)
-    bare = _is_bare_oneof(desc)
+    bare = bare_oneof(desc)
     for f in desc.fields:
         if not bare:  # (a bare oneof's member names are never JSON keys: `dense`, `slice`)
             into.add(f.name)
         if f.message_type is not None and not f.message_type.GetOptions().map_entry:
             _field_names(f.message_type, into, seen)
 
-
-def _is_bare_oneof(desc: Descriptor) -> bool:
-    return bool(desc.GetOptions().Extensions[netgrad_pb2.json_bare_oneof])
 
 
 @cache
@@ -153,7 +151,7 @@ def _field_paths(route: str) -> dict[str, str]:
         if d.full_name in seen:
             continue
         seen.add(d.full_name)
-        bare = _is_bare_oneof(d)
+        bare = bare_oneof(d)
         for f in d.fields:
             if not bare:
                 out.setdefault(f.name, prefix + f.name)

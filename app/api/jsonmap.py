@@ -74,7 +74,8 @@ def _is_caffe2(desc: Any) -> bool:
 
 
 @cache
-def _bare_oneof(desc: Any) -> bool:
+def bare_oneof(desc: Any) -> bool:
+    """Whether ``desc`` has option ``json_bare_oneof`` (its JSON is one member, bare)."""
     return bool(desc.GetOptions().Extensions[netgrad_pb2.json_bare_oneof])
 
 
@@ -255,12 +256,12 @@ def _entries(f: Any, opts: Any, value: Any, path: str, caffe2: Caffe2Reader,
 def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
             problems: list[Diagnostic]) -> Any:
     sub = f.message_type
-    if value is None and not (sub is not None and _bare_oneof(sub)):
+    if value is None and not (sub is not None and bare_oneof(sub)):
         raise _Invalid("invalid_field", path, "must not be null")
     if sub is not None:
         if _is_caffe2(sub):
             return caffe2(value, _cls(sub), path)
-        if _bare_oneof(sub):
+        if bare_oneof(sub):
             return _bare(sub, value, path, caffe2, problems)
         return _cls(sub)(**_message(value, sub, path, caffe2, problems))
     cpp = f.cpp_type
@@ -410,7 +411,7 @@ def _printer(desc: Any) -> Callable[[message.Message], Any]:
 
 
 def _make_printer(desc: Any) -> Callable[[message.Message], Any]:
-    if _bare_oneof(desc):
+    if bare_oneof(desc):
         oneof = desc.oneofs[0].name
         convs = {f.name: _scalar_printer(f) for f in desc.fields}
 
