@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor
 
 from api_schemas import caffe2_pb2, netgrad_pb2
-from app.api.jsonmap import bare_oneof
-from core.errors import DecodeError
+from app.api.jsonmap import bare_oneof, json_options
+from core.errors import DecodeError, NetgradError
 from core.types import Diagnostic
+
+E = TypeVar("E", bound=NetgradError)
 
 #: The request message of each POST route.
 ROUTE_MESSAGES: dict[str, Any] = {
@@ -86,7 +89,10 @@ TEXT_AS_BINARY_HINT = (
 def media_hint(data: bytes) -> str | None:
     """What to send instead, for a body sent as binary protobuf that failed to parse as one
     but reads as JSON (``{`` or ``[`` first) or text format (a field name, then ``{``/``:``)."""
-    head = data[:64].lstrip()
+    head = data[:64]
+    if any(b < 0x20 and b not in (9, 10, 13) for b in head):  # (binary: tags, lengths)
+        return None
+    head = head.lstrip()
     if head[:1] in (b"{", b"["):
         return JSON_AS_BINARY_HINT
     word = head.split(b" ", 1)[0].split(b"{", 1)[0].split(b":", 1)[0]
@@ -107,6 +113,33 @@ def refuse_other_media(data: bytes, exc: DecodeError) -> None:
     if hint is not None:
         code = exc.problems[0].code if exc.problems else None
         raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
+
+
+@cache
+def _top_fields(desc: Any) -> frozenset[str]:
+    """The keys of ``desc``'s JSON object (an ``(json).inline`` field gives its own)."""
+    out: set[str] = set()
+    for f in desc.fields:
+        if f.message_type is not None and json_options(f).inline:
+            out |= _top_fields(f.message_type)
+        else:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def nested_under(exc: E, prefix: str, desc: Any) -> E:
+    """``exc`` with every problem whose path is a field path of ``desc`` (``mode``,
+    ``inputs[2].tensor.data``) moved under ``prefix`` (``verify.mode``): the engine names
+    fields of the request it was given, which a route may have taken from inside another
+    (``/v1/jobs``' ``verify``, ``/v1/gradients/net``'s ``verify``). Sub-net paths
+    (``op[0]:Do/...``) stay as they are."""
+    fields = _top_fields(desc)
+    moved = [dataclasses.replace(p, path=f"{prefix}.{p.path}")
+             if p.path and re.split(r"[.\[]", p.path, maxsplit=1)[0] in fields else p
+             for p in exc.problems]
+    if moved != exc.problems:
+        exc.problems = moved
+    return exc
 
 
 def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
@@ -157,8 +190,8 @@ def _field_paths(route: str) -> dict[str, str]:
                 out.setdefault(f.name, prefix + f.name)
             if f.message_type is None or f.message_type.GetOptions().map_entry:
                 continue
-            inline = (d.full_name.startswith("netgrad.v1.")
-                      and f.GetOptions().Extensions[netgrad_pb2.json].inline)
+            inline = bare or (d.full_name.startswith("netgrad.v1.")
+                              and f.GetOptions().Extensions[netgrad_pb2.json].inline)
             queue.append((f.message_type, prefix if inline else f"{prefix}{f.name}."))
     return out
 

@@ -20,6 +20,7 @@ from app.api.verification import run_verification
 from app.errors import ProblemError, status_for
 from core.errors import NetgradError, QueueTimeoutError
 from core.executor.backends import Backend, Cancelled, JobCancelledError, Progress
+from core.executor.jobs import RunResult
 from core.executor.limits import RunLimits
 from core.ir.env import GenLimits
 from core.types import Diagnostic
@@ -51,10 +52,12 @@ class JobConfig:
 def verify_answer(req: netgrad_pb2.VerifyRequest, executor: object,
                   progress: Progress | None = None,
                   cancelled: Cancelled | None = None) -> netgrad_pb2.VerifyResponse:
-    """The ``VerifyResponse`` of ``req`` (as ``POST /v1/verify`` answers it)."""
+    """The ``VerifyResponse`` of ``req``: what ``POST /v1/verify`` answers (the route calls
+    this too) and a ``/v1/jobs`` verify job returns."""
     c = run_verification(
         req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
-        list(req.grad_ops) or None, req.recompute, executor,
+        list(req.grad_ops) or None, req.recompute, executor, densify=req.densify,
+        init_net=req.init_net if req.HasField("init_net") else None,
         progress=progress, cancelled=cancelled,
     )
     return netgrad_pb2.VerifyResponse(
@@ -65,8 +68,14 @@ def verify_answer(req: netgrad_pb2.VerifyRequest, executor: object,
 
 def run_answer(req: netgrad_pb2.RunRequest, executor: object,
                config: JobConfig) -> netgrad_pb2.RunResponse:
-    """The ``RunResponse`` of ``req`` (as ``POST /v1/run`` answers it)."""
-    res = run_in_pool(req, executor, config.max_fetch_elements, config.gen_limits)
+    """The ``RunResponse`` of ``req``: what ``POST /v1/run`` answers (the route calls this
+    too) and a ``/v1/jobs`` run job returns."""
+    return run_response(run_in_pool(req, executor, config.max_fetch_elements,
+                                    config.gen_limits))
+
+
+def run_response(res: RunResult) -> netgrad_pb2.RunResponse:
+    """A run result (:func:`app.api.running.run_in_pool`) as a ``RunResponse``."""
     return netgrad_pb2.RunResponse(
         outputs=[netgrad_pb2.BlobValue(blob=b, tensor=wire.tensor_pb(a))
                  for b, a in res.outputs.items()],
@@ -139,7 +148,7 @@ def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
         answer = _answer_when_workers_free(kind, request, config, backend, progress, cancelled)
     except JobCancelledError:
         return "cancelled", b""
-    except NetgradError as exc:
+    except NetgradError as exc:  # (the synchronous route's problem: paths as in its body)
         msg = problem_message(status_for(exc), exc.code, exc.message, exc.problems)
         return "failed", msg.SerializeToString(deterministic=True)
     except ProblemError as exc:
@@ -153,4 +162,5 @@ def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
     return "done", answer.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
 
 
-__all__ = ["KINDS", "JobConfig", "job_work", "problem_message", "run_answer", "verify_answer"]
+__all__ = ["KINDS", "JobConfig", "job_work", "problem_message", "run_answer", "run_response",
+           "verify_answer"]

@@ -300,6 +300,14 @@ def _string(value: Any, path: str) -> str:
     return value
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bare(desc: Any, value: Any, path: str, caffe2: Caffe2Reader,
           problems: list[Diagnostic]) -> Any:
     """A ``json_bare_oneof`` message: the member whose JSON type matches ``value``."""
@@ -312,8 +320,8 @@ def _bare(desc: Any, value: Any, path: str, caffe2: Caffe2Reader,
         if member is not None and (member.message_type is None) != (type(inner) is dict):
             if member.message_type is not None:
                 bare = "{" + ", ".join(f'"{f.name}": ...' for f in member.message_type.fields) + "}"
-            elif type(inner) is str and len(inner) <= 200:
-                bare = json.dumps(inner)
+            elif type(inner) is str and len(inner) <= 200 and _utf8(inner):
+                bare = json.dumps(inner, ensure_ascii=False)
             else:
                 bare = "a string"
             raise _Invalid("invalid_field", path, (

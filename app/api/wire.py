@@ -93,7 +93,9 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
         (op if is_op else net).ParseFromString(data)
     except message.DecodeError:
         return
-    if not (op.type if is_op else len(net.op)):
+    # (a NetDef's ops have types: a request missing `net` whose `ys` entries parse as
+    # type-less ops is not a bare NetDef)
+    if not (op.type if is_op else any(o.type for o in net.op)):
         return
     route = {netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
              netgrad_pb2.NetGradientRequest: "/v1/gradients/net",

@@ -56,6 +56,7 @@ from core.verify.specs import (  # the request and report types are re-exported 
     VerifyOptions,
     VerifyReport,
     VerifyResult,
+    finite_check_list,
     materialize_inputs,
 )
 
@@ -77,6 +78,8 @@ class _Job:
     seeds: dict[str, str]
     options: VerifyOptions
     limits: RunLimits | None
+    #: the caller named ``options.check`` (else netgrad chose it: see _default_check)
+    check_given: bool = True
 
 
 def _free_name(base: str, taken: set[str]) -> str:
@@ -219,29 +222,6 @@ def _feeds(job: _Job, limits: RunLimits) -> dict[str, np.ndarray]:
     return {k: _readonly(v) for k, v in feeds.items()}  # snapshot (bug-cases row 11)
 
 
-def _refuse_non_finite(feeds: dict[str, np.ndarray], check: list[str],
-                       given: list[str]) -> None:
-    """Refuse a checked input holding NaN or an infinity: its finite differences (and so
-    the report) would be NaN. ``given``: the blobs of the request's ``inputs``, in order
-    (a blob from ``init_net`` alone has no index there).
-
-    Raises:
-        InvalidRequestError: path ``inputs[k].tensor.data`` (or ``check``), naming the
-            blob and the first non-finite element.
-    """
-    for blob in check:
-        flat = feeds[blob].reshape(-1)
-        if np.isfinite(flat).all():
-            continue
-        at = int(np.flatnonzero(~np.isfinite(flat))[0])
-        what = "NaN" if np.isnan(flat[at]) else "an infinity"
-        path = f"inputs[{given.index(blob)}].tensor.data" if blob in given else "check"
-        raise InvalidRequestError.at(
-            f"input '{blob}' holds {what} at element {at}; the finite differences of a checked "
-            "input need finite values: give finite values, or leave the blob out of `check`",
-            path=path, blobs=[blob])
-
-
 def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
              with_gradient: bool = True) -> _Prepared:
     """Validate, feed, run the forward net (kink scan), draw the loss weights, pick the step
@@ -268,10 +248,13 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             "input blob once", path="check")
     for blob in check:
         if blob not in feeds:
-            raise InvalidRequestError(f"check names '{blob}', which is not a fed input")
+            raise InvalidRequestError.at(f"check names '{blob}', which is not a fed input",
+                                         path="check", blobs=[blob])
         if feeds[blob].dtype.kind != "f":
-            raise InvalidRequestError(f"check names '{blob}', which is not a float input")
-    _refuse_non_finite(feeds, check, [spec.blob for spec in opts.inputs])
+            raise InvalidRequestError.at(f"check names '{blob}', which is not a float input",
+                                         path="check", blobs=[blob])
+    check, skipped = finite_check_list(feeds, check, job.check_given, list(opts.inputs))
+    diagnostics += skipped
 
     ctx = ExecContext(limits)
     scanner = KinkScanner()
@@ -537,6 +520,7 @@ def verify_net(
     # backward_step_net, so it keeps the step workspaces its gradient op needs).
     fwd = with_gradient_ops(net, ops)
     del fwd.op[len(net.op):]
+    check_given = options.check is not None
     options, skipped = _default_check(net, skip, checked_map, options)
     job = _Job(
         fwd.SerializeToString(),
@@ -545,6 +529,7 @@ def verify_net(
         seeds,
         dataclasses.replace(options),
         limits,
+        check_given,
     )
     if runner is not None:
         report, diags = runner(job)

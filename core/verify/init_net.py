@@ -85,9 +85,16 @@ def run_init_net(
 def merged_inputs(
     init_inputs: Sequence[InputSpec], inputs: Sequence[InputSpec]
 ) -> list[InputSpec]:
-    """The init net's blobs not given explicitly, then the explicit ``inputs``."""
+    """The init net's blobs not given explicitly, then the explicit ``inputs``.
+
+    Each spec keeps where it came from (:attr:`~core.verify.specs.InputSpec.path`): the
+    explicit ones their ``inputs[k]``, the init net's ``init_net``, so that problems name
+    the request's field and not a position in the merged list."""
     explicit = {i.blob for i in inputs}
-    return [i for i in init_inputs if i.blob not in explicit] + list(inputs)
+    given = [i if i.path is not None else dataclasses.replace(i, path=f"inputs[{k}]")
+             for k, i in enumerate(inputs)]
+    return [dataclasses.replace(i, path="init_net") for i in init_inputs
+            if i.blob not in explicit] + given
 
 
 def prepare_inputs(

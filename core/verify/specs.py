@@ -75,11 +75,18 @@ class RandomSpec:
 
 @dataclass
 class InputSpec:
-    """One fed blob: exactly one of ``tensor`` and ``random``."""
+    """One fed blob: exactly one of ``tensor`` and ``random``.
+
+    Attributes:
+        path: where the spec sits in the request, for problems (``inputs[2]``; ``init_net``
+            for a blob an init net wrote); ``None``: ``inputs[k]``, ``k`` its position in
+            the list given to :func:`materialize_inputs`.
+    """
 
     blob: str
     tensor: TensorSpec | None = None
     random: RandomSpec | None = None
+    path: str | None = None
 
     @classmethod
     def from_array(cls, blob: str, value: Any) -> InputSpec:
@@ -246,6 +253,60 @@ def _random(spec: RandomSpec, blob: str, rng: np.random.Generator, shape: tuple[
     return x.astype(dt)
 
 
+def _non_finite(value: np.ndarray, dtype: str) -> str | None:
+    """``"NaN at element i"`` / ``"an infinity at element i"`` for the first non-finite
+    element of a float array, else ``None``; ``dtype``: the dtype the input was given as
+    (a finite value too large for float32 becomes an infinity)."""
+    flat = value.reshape(-1)
+    if value.dtype.kind != "f" or np.isfinite(flat).all():
+        return None
+    at = int(np.flatnonzero(~np.isfinite(flat))[0])
+    what = "NaN" if np.isnan(flat[at]) else "an infinity"
+    return f"{what} at element {at}" + (f" (as {dtype})" if dtype != "float64" else "")
+
+
+def _given_dtype(spec: InputSpec) -> str:
+    src = spec.tensor if spec.tensor is not None else spec.random
+    dt = DTYPES.get(str(src.dtype)) if src is not None else None
+    return np.dtype(dt).name if dt is not None else "float64"
+
+
+def finite_check_list(feeds: dict[str, np.ndarray], check: list[str], explicit: bool,
+                       specs: list[InputSpec]) -> tuple[list[str], list[Diagnostic]]:
+    """``check`` without the inputs holding NaN or an infinity, whose finite differences
+    (and so the report) would be NaN.
+
+    The default list (``explicit`` false: every fed float input) leaves them out, each with
+    an ``info`` diagnostic ``not_checked_non_finite`` (a ``-inf`` attention mask is a fine
+    input, just not one to check). A blob the caller named in ``check`` is refused.
+
+    Raises:
+        InvalidRequestError: a blob named in ``check`` holds a non-finite value; path
+            ``inputs[k].tensor.data`` (or ``check`` for a blob of the init net).
+    """
+    paths = {spec.blob: spec.path or f"inputs[{k}]" for k, spec in enumerate(specs)}
+    dtypes = {spec.blob: _given_dtype(spec) for spec in specs}
+    kept: list[str] = []
+    notes: list[Diagnostic] = []
+    for blob in check:
+        found = _non_finite(feeds[blob], dtypes.get(blob, "float64"))
+        if found is None:
+            kept.append(blob)
+        elif not explicit:
+            notes.append(Diagnostic(
+                "info", "not_checked_non_finite",
+                f"input '{blob}' holds {found}: not checked (finite differences need finite "
+                "values); its value is fed as given", blobs=(blob,)))
+        else:
+            where = paths.get(blob, "check")
+            raise InvalidRequestError.at(
+                f"input '{blob}' holds {found}; the finite differences of a checked input "
+                "need finite values: give finite values, or leave the blob out of `check`",
+                path="check" if where == "init_net" else f"{where}.tensor.data",
+                blobs=[blob])
+    return kept, notes
+
+
 def materialize_inputs(
     specs: Sequence[InputSpec], seed: int = 0, limits: RunLimits | None = None
 ) -> dict[str, np.ndarray]:
@@ -260,7 +321,7 @@ def materialize_inputs(
     out: dict[str, np.ndarray] = {}
     for k, spec in enumerate(specs):
         blob = spec.blob
-        where = f"inputs[{k}]"
+        where = spec.path or f"inputs[{k}]"
         if blob in out:
             raise InvalidRequestError.at(f"input '{blob}' is given twice",
                                          path=f"{where}.blob", blobs=[blob])
@@ -270,7 +331,7 @@ def materialize_inputs(
                 blobs=[blob])
         if spec.tensor is not None:
             t = spec.tensor
-            where += ".tensor"
+            where += ".tensor" if spec.path != "init_net" else ""
             dt = _dtype(t.dtype, blob, where)
             shape = _shape(t.shape, blob, limits, where)
             try:
@@ -287,7 +348,7 @@ def materialize_inputs(
             r = spec.random
             if r is None:  # unreachable: exactly one of the two was checked above
                 raise InvalidRequestError(f"input '{blob}': give exactly one of tensor and random")
-            where += ".random"
+            where += ".random" if spec.path != "init_net" else ""
             dt = _dtype(r.dtype, blob, where)
             shape = _shape(r.shape, blob, limits, where)
             if r.seed is not None and r.seed < 0:

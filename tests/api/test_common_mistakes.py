@@ -48,7 +48,8 @@ def _camel_plural(req: dict[str, Any]) -> None:
 
 
 def _nan_input(req: dict[str, Any]) -> None:
-    req["inputs"][2]["tensor"]["data"] = [0.1, "NaN", 0.3]  # fc_b
+    req["inputs"][2]["tensor"]["data"] = [0.1, "NaN", 0.3]  # fc_b, named in `check`
+    req["check"] = ["fc_w", "fc_b"]
 
 
 Call = Callable[[TestClient], Response]
@@ -242,6 +243,8 @@ def test_bare_oneof_member_names_are_not_suggested(client: TestClient) -> None:
     (b'net { op { type: "Relu" } }', "text format"),
     (b"ys: 1", "text format"),
     (b"\x0a\x05hello", None),
+    (b"\x0a\x7b\x0a\x03mlp\x12", None),  # field 1, 123 bytes long: binary, not JSON
+    (b"\x0a\x61\x3a\x05hello", None),  # field 1, 97 bytes: a length byte follows
     (b"\xff\xfe\x00", None),
     (b"", None),
 ])

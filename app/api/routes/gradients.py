@@ -8,9 +8,11 @@ from api_schemas import netgrad_pb2
 from app.api import docs, wire
 from app.api.checks import require_ys
 from app.api.deps import Context, Outcome, serve
+from app.api.hints import nested_under
 from app.api.negotiation import Body
 from app.api.verification import run_verification
 from core import api
+from core.errors import NetgradError
 
 router = APIRouter(prefix="/v1/gradients", tags=["gradients"])
 
@@ -64,10 +66,14 @@ def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
     def answer() -> Response:
         diagnostics, report = list(res.diagnostics), None
         if req.HasField("verify"):  # the report covers these ops, seeded with explicit names
-            checked = run_verification(
-                req.net, ys, req.skip, wire.verify_options(req.verify), None, req.recompute,
-                ctx.pool, known=diagnostics, densify=req.densify,
-            )
+            try:
+                checked = run_verification(
+                    req.net, ys, req.skip, wire.verify_options(req.verify), None,
+                    req.recompute, ctx.pool, known=diagnostics, densify=req.densify,
+                )
+            except NetgradError as exc:  # its option and input paths: inside `verify`
+                nested_under(exc, "verify", netgrad_pb2.VerifyOptions.DESCRIPTOR)
+                raise
             report = checked.report
             diagnostics += [d for d in checked.diagnostics if d not in diagnostics]
         return wire.respond(body, netgrad_pb2.NetGradientResponse(

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, Response
 from api_schemas import netgrad_pb2
 from app.api import docs, wire
 from app.api.deps import Context, serve
+from app.api.job_work import run_response
 from app.api.negotiation import Body
 from app.api.running import run_in_pool
 
@@ -28,10 +29,4 @@ async def run_net(request: Request) -> Response:
 def _run(body: Body, ctx: Context) -> Response:
     req = wire.decode(body, netgrad_pb2.RunRequest, ctx.limits.max_depth)
     res = run_in_pool(req, ctx.pool, ctx.settings.max_fetch_elements, ctx.limits)
-    return wire.respond(body, netgrad_pb2.RunResponse(
-        outputs=[netgrad_pb2.BlobValue(blob=b, tensor=wire.tensor_pb(a))
-                 for b, a in res.outputs.items()],
-        grad_ops=res.grad_ops or (),
-        grad_map=wire.grad_map_kw(res.grad_map or {}),
-        diagnostics=[wire.diagnostic_kw(d) for d in res.diagnostics],
-    ))
+    return wire.respond(body, run_response(res))  # (a /v1/jobs run job's answer too)

@@ -42,6 +42,9 @@ router = APIRouter(include_in_schema=False)
 STATIC = Path(__file__).resolve().parents[2] / "static"
 #: Files of the page itself.
 PAGE_FILES = {"page.js": "text/javascript", "page.css": "text/css"}
+#: The page's files, read once at import (13 KB): a reinstall of the package under a
+#: running server (the README's second command) cannot take them away.
+_PAGE = {name: (STATIC / name).read_bytes() for name in ("index.html", *PAGE_FILES)}
 REDOC_LOGO_CDN = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 LOCAL_LOGO = "/static-offline-docs/favicon.png"
 
@@ -57,17 +60,17 @@ def netron_dir() -> Path | None:
 
 
 @router.get("/")
-def page() -> FileResponse:
+def page() -> Response:
     """The page: pick or upload a net, generate its gradient, see both drawn, verify."""
-    return FileResponse(STATIC / "index.html", media_type="text/html")
+    return Response(_PAGE["index.html"], media_type="text/html")
 
 
 @router.get("/ui/static/{name}")
-def page_file(name: str) -> FileResponse:
+def page_file(name: str) -> Response:
     """The page's script and style."""
     if name not in PAGE_FILES:
         raise ProblemError(404, "not_found", f"no page file {name!r}")
-    return FileResponse(STATIC / name, media_type=PAGE_FILES[name])
+    return Response(_PAGE[name], media_type=PAGE_FILES[name])
 
 
 @router.get("/ui/examples")

@@ -8,8 +8,8 @@ from api_schemas import netgrad_pb2
 from app.api import docs, wire
 from app.api.checks import require_ys
 from app.api.deps import Context, serve
+from app.api.job_work import verify_answer
 from app.api.negotiation import Body
-from app.api.verification import run_verification
 
 router = APIRouter(prefix="/v1", tags=["verify"])
 
@@ -31,14 +31,4 @@ async def verify_gradients(request: Request) -> Response:
 def _verify(body: Body, ctx: Context) -> Response:
     req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth)
     require_ys(req.ys)
-    c = run_verification(
-        req.net, wire.ys_value(req.ys), req.skip, wire.verify_options(req.verify),
-        list(req.grad_ops) or None, req.recompute, ctx.pool, densify=req.densify,
-        init_net=req.init_net if req.HasField("init_net") else None,
-    )
-    return wire.respond(body, netgrad_pb2.VerifyResponse(
-        report=c.report,
-        grad_ops=c.grad_ops,
-        grad_map=wire.grad_map_kw(c.grad_map),
-        diagnostics=[wire.diagnostic_kw(d) for d in c.diagnostics],
-    ))
+    return wire.respond(body, verify_answer(req, ctx.pool))  # (a /v1/jobs job's answer too)
