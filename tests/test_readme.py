@@ -37,8 +37,8 @@ def test_readme_starts_with_exactly_two_commands() -> None:
 
 
 def test_readme_says_to_restart_the_server_right_after_the_commands() -> None:
-    """The second command reinstalls the package under a running first server (GET / then
-    answers 500): the first paragraph after the commands says to restart it."""
+    """The second command reinstalls the package under a running first server (which then
+    mixes two copies of netgrad): the first paragraph after the commands says to restart it."""
     after = README[README.index("```", README.index("```") + 3) + 3:].lstrip()
     first_paragraph = after.split("\n\n", 1)[0].replace("\n", " ")
     assert "still running" in first_paragraph and "start it again" in first_paragraph

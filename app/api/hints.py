@@ -204,7 +204,7 @@ def article(name: str) -> str:
 def _did_you_mean(name: str, route: str, top_level: bool) -> str | None:
     """``did you mean `x`?`` for an unknown field ``name``; at the top level of the request,
     a field that belongs deeper is named by its dotted path (``tolerances.atol``)."""
-    field = suggest_field(name, route)
+    field = suggest_field(name, route, top_level)
     if field is None:
         return None
     where = _field_paths(route).get(field, field) if top_level else field
@@ -219,15 +219,26 @@ def _norm(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
 
-def suggest_field(name: str, route: str) -> str | None:
-    """The field a misspelt or wrongly cased ``name`` most likely means, or ``None``."""
-    known = _known_fields(route)
-    by_norm = {_norm(k): k for k in known}
+def suggest_field(name: str, route: str, top_level: bool = False) -> str | None:
+    """The field a misspelt or wrongly cased ``name`` most likely means, or ``None``.
+
+    At the top level of the request its own fields come first: ``input`` means ``inputs``,
+    not ``OperatorDef.input`` deep in the net; a name that is none of them may belong deeper
+    (``atol``: ``tolerances.atol``)."""
+    desc = ROUTE_MESSAGES.get(route)
+    if top_level and desc is not None:
+        found = _nearest(name, _top_fields(desc))
+        if found is not None:
+            return found
+    return _nearest(name, _known_fields(route))
+
+
+def _nearest(name: str, known: Iterable[str]) -> str | None:
+    by_norm = {_norm(k): k for k in sorted(known)}
     n = _norm(name)
-    if n in by_norm:
-        return by_norm[n]
-    if n.rstrip("s") in by_norm:
-        return by_norm[n.rstrip("s")]
+    for candidate in (n, n.rstrip("s"), n + "s"):
+        if candidate in by_norm:
+            return by_norm[candidate]
     close = difflib.get_close_matches(n, list(by_norm), n=1, cutoff=0.8)
     return by_norm[close[0]] if close else None
 

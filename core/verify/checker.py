@@ -246,13 +246,13 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
         raise InvalidRequestError.at(
             f"check names {', '.join(repr(b) for b in twice)} more than once; give each "
             "input blob once", path="check")
-    for blob in check:
+    for i, blob in enumerate(check):
         if blob not in feeds:
             raise InvalidRequestError.at(f"check names '{blob}', which is not a fed input",
-                                         path="check", blobs=[blob])
+                                         path=f"check[{i}]", blobs=[blob])
         if feeds[blob].dtype.kind != "f":
             raise InvalidRequestError.at(f"check names '{blob}', which is not a float input",
-                                         path="check", blobs=[blob])
+                                         path=f"check[{i}]", blobs=[blob])
     check, skipped = finite_check_list(feeds, check, job.check_given, list(opts.inputs))
     diagnostics += skipped
 

@@ -307,6 +307,36 @@ def finite_check_list(feeds: dict[str, np.ndarray], check: list[str], explicit: 
     return kept, notes
 
 
+def _check_exact(data: Any, dt: Any, blob: str, path: str) -> None:
+    """Refuse tensor data an integer or bool dtype would change (``1.5`` as int32, ``2`` as
+    bool, ``1e300`` as int64): the net would silently run on other values than given.
+
+    Raises:
+        InvalidRequestError: path ``inputs[k].tensor.data[i]``, naming the value and dtype.
+    """
+    kind = np.dtype(dt).kind
+    if kind not in "iub" or data is None:
+        return
+    if isinstance(data, np.ndarray) and data.dtype == np.dtype(dt):
+        return  # (an array of that very dtype: an init net's blob, InputSpec.from_array)
+    try:
+        raw = np.asarray(data, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        return  # (the conversion below reports it)
+    if kind == "b":
+        bad = ~np.isin(raw, (0.0, 1.0))
+        want = "0 or 1 (false or true)"
+    else:
+        low = float(np.iinfo(dt).min)  # (-2**31 or -2**63: exact in float64, as is -low)
+        bad = ~np.isfinite(raw) | (raw != np.trunc(raw)) | (raw < low) | (raw >= -low)
+        want = f"a whole number that fits {np.dtype(dt).name}"
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        raise InvalidRequestError.at(
+            f"input '{blob}': value {float(raw[at])!r} at element {at} is not {want}; give exact "
+            "values (or a float dtype)", path=f"{path}[{at}]", blobs=[blob])
+
+
 def materialize_inputs(
     specs: Sequence[InputSpec], seed: int = 0, limits: RunLimits | None = None
 ) -> dict[str, np.ndarray]:
@@ -334,6 +364,7 @@ def materialize_inputs(
             where += ".tensor" if spec.path != "init_net" else ""
             dt = _dtype(t.dtype, blob, where)
             shape = _shape(t.shape, blob, limits, where)
+            _check_exact(t.data, dt, blob, f"{where}.data")
             try:
                 data = np.asarray(t.data if t.data is not None else [], dtype=dt).reshape(-1)
             except (TypeError, ValueError, OverflowError) as exc:

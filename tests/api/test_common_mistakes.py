@@ -47,6 +47,10 @@ def _camel_plural(req: dict[str, Any]) -> None:
     req["gOutputs"] = req.pop("g_output")
 
 
+def _singular_inputs(req: dict[str, Any]) -> None:
+    req["input"] = req.pop("inputs")
+
+
 def _nan_input(req: dict[str, Any]) -> None:
     req["inputs"][2]["tensor"]["data"] = [0.1, "NaN", 0.3]  # fc_b, named in `check`
     req["check"] = ["fc_w", "fc_b"]
@@ -109,6 +113,15 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
     ("a NaN in a checked input",
      lambda c: c.post("/v1/verify", json=_with(docs.VERIFY_REQUEST, _nan_input)),
      400, "invalid_request", ["holds NaN at element 1", "leave the blob out of `check`"]),
+    ("input instead of inputs",
+     lambda c: c.post("/v1/verify", json=_with(docs.VERIFY_REQUEST, _singular_inputs)),
+     400, "unknown_field", ["did you mean `inputs`?"]),
+    ("a fraction in an int32 input",
+     lambda c: c.post("/v1/run", json={"net": {"op": [
+         {"type": "Cast", "input": ["x"], "output": ["y"], "arg": [{"name": "to", "i": 1}]}]},
+         "fetch": ["y"], "inputs": [{"blob": "x", "tensor": {"shape": [2], "dtype": "int32",
+                                                             "data": [1, 1.5]}}]}),
+     400, "invalid_request", ["value 1.5 at element 1", "whole number that fits int32"]),
     ("trailing slash",
      lambda c: c.post("/v1/gradients/net/", json=docs.NET_REQUEST),
      404, "not_found", ["drop the trailing slash", "POST /v1/gradients/net"]),
@@ -215,6 +228,9 @@ def test_wrong_method_names_the_method(client: TestClient) -> None:
     ("/v1/verify", lambda r: r["inputs"][0]["random"].update(distribution="gauss"),
      "inputs[0].random.distribution"),
     ("/v1/verify", lambda r: r["inputs"].append(r["inputs"][0]), "inputs[3].blob"),
+    ("/v1/verify", lambda r: r.update(check=["fc_w", "nope"]), "check[1]"),
+    ("/v1/verify", lambda r: r["inputs"][2]["tensor"].update(dtype="bool", data=[1, 0, 2]),
+     "inputs[2].tensor.data[2]"),
     ("/v1/run", lambda r: r["inputs"][2]["tensor"].update(shape=[4]), "inputs[2].tensor.data"),
 ])
 def test_option_and_input_problems_name_their_field(client: TestClient, route: str,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -87,3 +88,14 @@ def test_examples_are_runnable_requests(client: TestClient) -> None:
         r = client.post("/v1/gradients/net", json={"net": ex["net"], "ys": ex["ys"]})
         assert r.status_code == 200, (name, r.text[:300])
     assert len(examples["squeezenet"]["net"]["op"]) == 66
+
+
+def test_page_files_survive_a_reinstall_under_the_running_server(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Walkthrough finding: the README's second command reinstalls netgrad under a running
+    first server; the page's files, read at start, are still served (GET / gave a 500)."""
+    monkeypatch.setattr(ui, "STATIC", tmp_path / "gone")  # the installed copy removed
+    for path, words in (("/", "<html"), ("/ui/static/page.js", "fetch(")):
+        r = client.get(path)
+        assert r.status_code == 200 and words in r.text, path
