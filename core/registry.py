@@ -508,6 +508,12 @@ def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:
     """
     if e is not None and e.status is GradientStatus.NO_GRADIENT:
         return
+    if e is None and not op.type:
+        raise GradientNotDefinedError.at(
+            "the op has no type (`type` is empty or missing); give every op its Caffe2 "
+            "type, e.g. \"Relu\"; GET /v1/operators lists every known type.",
+            code="unknown_operator",
+        )
     if e is None:
         near = nearest_op_types(op.type)
         hint = f" Did you mean {', '.join(near)}?" if near else ""

@@ -66,6 +66,10 @@ INPUTS_HINT = (
     "{\"shape\": [2, 4], \"data\": [...]}}, {\"blob\": \"fc_w\", \"random\": {\"shape\": "
     "[3, 4]}}], not an object keyed by blob"
 )
+VERIFY_NESTED_HINT = (
+    "on /v1/verify the options (inputs, mode, tolerances, check, passes, seed) sit at the top "
+    "level of the body: move them out of `verify` (the nested form is /v1/gradients/net's)"
+)
 PARTIAL_HINT = (
     "for a partial gradient, differentiate only outputs that do not depend on this op "
     "(`ys`), or leave the ops before the part you need out with `skip` (the first N ops)"
@@ -301,6 +305,8 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
             return bare_net_hint(route)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
+        if route == "/v1/verify" and path == "verify":
+            return VERIFY_NESTED_HINT
         return _did_you_mean(path, route, top_level=True)
     if p.code == "unknown_field":
         return _did_you_mean(path.rsplit(".", 1)[-1].split("[")[0], route, top_level=False)
@@ -348,4 +354,13 @@ def not_found_hint(path: str, method: str, routes: Iterable[tuple[str, set[str]]
         msg = ROUTE_MESSAGES.get(path)
         what = f" with {article(msg.name)} {msg.name} body" if msg is not None else ""
         return f"{method} {path} is not served; use {methods} {path}{what}"
+    # a misspelt route (`/v1/gradient/op`, `/v1/verfy`): the nearest one of the method
+    served = sorted(p for p, m in table.items() if method in m and "{" not in p)
+    scored = sorted(((difflib.SequenceMatcher(None, stripped, p).ratio(), p) for p in served),
+                    key=lambda sp: -sp[0])
+    best = [p for p in served if p.startswith(stripped + "/")]  # a route's parent
+    if not best:
+        best = [p for r, p in scored if r >= 0.85 and r == scored[0][0]]
+    if best:  # (each of a tie, or of a parent: `/v1/gradients` is .../net or .../op)
+        return f"no route at {path}; did you mean {' or '.join(f'{method} {p}' for p in best)}?"
     return None

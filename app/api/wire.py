@@ -190,7 +190,9 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
         raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
     except RecursionError as exc:
         raise LimitExceededError.at(
-            "JSON body is nested too deeply to parse", code="nesting_too_deep"
+            "JSON body is nested too deeply to parse (deeper than about 1,000 levels of arrays "
+            "and objects); a request's sub-nets nest at most NETGRAD_MAX_DEPTH levels: flatten "
+            "the body", code="nesting_too_deep"
         ) from exc
     except ValueError as exc:  # an integer of more digits than Python converts (4 300)
         raise DecodeError.at(

@@ -93,8 +93,9 @@ def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> di
             )
         )
     if missing:
-        names = ", ".join(d.blobs[0] for d in missing)
-        raise ExecutionError(f"cannot fetch {names}: not a tensor after the run", missing)
+        head = missing[0].message if len(missing) == 1 else (
+            f"cannot fetch {len(missing)} blobs; the first: {missing[0].message}")
+        raise ExecutionError(head, missing)
     total = sum(int(a.size) for a in out.values())
     if total > max_fetch_elements:
         sizes = ", ".join(f"{n} ({a.size})" for n, a in out.items())
