@@ -146,6 +146,36 @@ def nested_under(exc: E, prefix: str, desc: Any) -> E:
     return exc
 
 
+def _json_field(desc: Any, name: str) -> Any:
+    """The field a JSON key ``name`` of ``desc``'s object is (inline fields' own included)."""
+    f = desc.fields_by_name.get(name)
+    if f is not None:
+        return f
+    for g in desc.fields:
+        if g.message_type is not None and json_options(g).inline:
+            found = _json_field(g.message_type, name)
+            if found is not None:
+                return found
+    return None
+
+
+def _parent_message(route: str, path: str) -> Any:
+    """The netgrad.v1 message whose JSON object holds the last key of ``path``
+    (``run.inputs[0].tensor.type`` -> ``Tensor``), or ``None`` (a Caffe2 message, or a path
+    that does not follow the request's fields)."""
+    desc = ROUTE_MESSAGES.get(route)
+    for seg in path.split(".")[:-1]:
+        f = _json_field(desc, seg.split("[")[0]) if desc is not None else None
+        if f is None or f.message_type is None:
+            return None
+        desc = f.message_type
+        if bare_oneof(desc):  # (a Gradient object is its slice member's object)
+            desc = next((m.message_type for m in desc.fields if m.message_type), None)
+    if desc is None or not desc.full_name.startswith("netgrad."):
+        return None
+    return desc
+
+
 def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
     if desc.full_name in seen:
         return
@@ -180,6 +210,12 @@ def _field_paths(route: str) -> dict[str, str]:
     """Field name -> where it sits in the JSON request of ``route`` (dotted, shallowest first;
     a field with ``(json).inline`` has its fields at its parent's level)."""
     desc = ROUTE_MESSAGES.get(route)
+    return _paths_from(desc) if desc is not None else {}
+
+
+@cache
+def _paths_from(desc: Any) -> dict[str, str]:
+    """Field name -> where it sits in the JSON object of ``desc`` (see :func:`_field_paths`)."""
     out: dict[str, str] = {}
     queue: list[tuple[Any, str]] = [(desc, "")] if desc is not None else []
     seen: set[str] = set()
@@ -231,10 +267,32 @@ def suggest_field(name: str, route: str, top_level: bool = False) -> str | None:
     (``atol``: ``tolerances.atol``)."""
     desc = ROUTE_MESSAGES.get(route)
     if top_level and desc is not None:
-        found = _nearest(name, _top_fields(desc))
-        if found is not None:
-            return found
+        for known in (_top_fields(desc), _own_fields(route)):
+            found = _nearest(name, known)
+            if found is not None:
+                return found
     return _nearest(name, _known_fields(route))
+
+
+@cache
+def _own_fields(route: str) -> frozenset[str]:
+    """Field names of the netgrad.v1 messages of ``route``'s request, at any depth, not
+    those of the Caffe2 messages inside (``inputs`` before ``OperatorDef.input``)."""
+    return frozenset(name for name, where in _field_paths(route).items()
+                     if _via_netgrad(ROUTE_MESSAGES[route], where))
+
+
+def _via_netgrad(desc: Any, where: str) -> bool:
+    """Whether dotted path ``where`` names a field of a netgrad.v1 message, through
+    netgrad.v1 messages only."""
+    for seg in where.split("."):
+        if desc is None or not desc.full_name.startswith("netgrad."):
+            return False
+        f = _json_field(desc, seg)
+        if f is None:
+            return False
+        desc = f.message_type
+    return True
 
 
 def _nearest(name: str, known: Iterable[str]) -> str | None:
@@ -309,7 +367,19 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
             return VERIFY_NESTED_HINT
         return _did_you_mean(path, route, top_level=True)
     if p.code == "unknown_field":
-        return _did_you_mean(path.rsplit(".", 1)[-1].split("[")[0], route, top_level=False)
+        leaf = path.rsplit(".", 1)[-1].split("[")[0]
+        parent = _parent_message(route, path)
+        if parent is None:
+            return _did_you_mean(leaf, route, top_level=False)
+        # the message the key sits in knows best (run.input -> inputs), then its own deeper
+        # fields (verify.atol -> tolerances.atol); never a field of another branch (run.seed
+        # is not verify.seed)
+        near = _nearest(leaf, _top_fields(parent))
+        if near is None:
+            deeper = {k: v for k, v in _paths_from(parent).items() if _via_netgrad(parent, v)}
+            found = _nearest(leaf, deeper)
+            near = deeper[found] if found is not None else None
+        return f"did you mean `{near}`?" if near is not None and near != leaf else None
     if p.code == "invalid_field" and path == "ys" and "required" in p.message:
         return YS_HINT
     if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:

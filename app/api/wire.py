@@ -11,6 +11,7 @@ and the engine's own types (gradient values, verification options, reports, tens
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, TypeVar
@@ -34,6 +35,8 @@ M = TypeVar("M", bound=message.Message)
 Ys = list[str] | dict[str, GradValue]
 
 _NET_TYPES = (caffe2_pb2.NetDef.DESCRIPTOR, caffe2_pb2.OperatorDef.DESCRIPTOR)
+#: What a Caffe2 op type looks like (``Relu``, ``SpatialBN``, ``_CopyFromCPU``...).
+_OP_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Fields the wire walk may visit to name the path of a net nested beyond the parser.
 _PATH_FIELDS = 20_000
 
@@ -93,9 +96,10 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
         (op if is_op else net).ParseFromString(data)
     except message.DecodeError:
         return
-    # (a NetDef's ops have types: a request missing `net` whose `ys` entries parse as
-    # type-less ops is not a bare NetDef)
-    if not (op.type if is_op else any(o.type for o in net.op)):
+    # (a NetDef's ops have Caffe2 type names: a request missing `net` whose other fields
+    # happen to parse as ops, type-less or with a type of control bytes, is not a bare NetDef)
+    if not (_OP_TYPE.match(op.type) if is_op
+            else len(net.op) and all(_OP_TYPE.match(o.type) for o in net.op)):
         return
     route = {netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
              netgrad_pb2.NetGradientRequest: "/v1/gradients/net",

@@ -279,6 +279,14 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
                 "gradient), so the check covers the finite elements only",
                 blobs=(y,),
             ))
+    if job.seeds and not any(np.any(w != 0) for w in weights.values()):
+        # Every output element left out: the loss is constant, so any gradient would "pass"
+        # (e.g. a float32 input that overflowed to inf). Never a pass from nothing compared.
+        names = ", ".join(f"'{y}'" for y in job.seeds)
+        raise InvalidRequestError.at(
+            f"no element of {names} is finite (or has a nonzero weight) in the unperturbed "
+            "run: there is nothing to compare; give inputs for which some output element is "
+            "finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
     if not all_f64:
         diagnostics.append(Diagnostic(

@@ -177,3 +177,55 @@ def test_a_verify_job_honours_init_net_and_densify(client: TestClient) -> None:
             time.sleep(0.05)
         assert job["status"] == "done", job
         assert job["verify"] == sync.json()
+
+
+def test_nothing_compared_is_never_a_pass(client: TestClient) -> None:
+    """Review finding: an input that overflows float32 made every output element infinite,
+    so every loss weight was 0 and a wrong gradient "passed" with nothing compared."""
+    wrong = [{"type": "Scale", "input": ["y_grad"], "output": [f"{b}_grad"],
+              "arg": [{"name": "scale", "f": 3.0}], "is_gradient_op": True} for b in "ab"]
+    body = {"net": {"op": [{"type": "Add", "input": ["a", "b"], "output": ["y"]}]},
+            "ys": ["y"], "mode": "full", "grad_ops": wrong, "inputs": [
+                {"blob": "a", "tensor": {"shape": [2], "data": [1, 2]}},
+                {"blob": "b", "tensor": {"shape": [2], "dtype": "float32",
+                                         "data": [1e39, -1e39]}}]}
+    problem = assert_problem(client.post("/v1/verify", json=body), 400)
+    assert [e["code"] for e in problem["errors"]] == ["no_finite_output"]
+    finite = copy.deepcopy(body)
+    finite["inputs"][1]["tensor"]["data"] = [1, 2]
+    r = client.post("/v1/verify", json=finite)
+    assert r.status_code == 200 and r.json()["report"]["passed"] is False  # (3 != 1)
+
+
+def test_binary_job_missing_its_net_is_not_a_bare_netdef(client: TestClient) -> None:
+    req = netgrad_pb2.JobRequest()
+    req.run.fetch.append("z")
+    req.run.ys.add(blob="z")
+    r = client.post("/v1/jobs", content=req.SerializeToString(), headers={"Content-Type": PB})
+    problem = assert_problem(r, 400)
+    assert [(e["code"], e["path"]) for e in problem["errors"]] == [("invalid_field", "run.net")]
+
+
+@pytest.mark.parametrize(("route", "body", "want"), [
+    ("/v1/gradients/net", {"net": docs.MLP_NET, "ys": ["prob"], "input": []},
+     "did you mean `verify.inputs`?"),
+    ("/v1/gradients/net", {"net": docs.MLP_NET, "ys": ["prob"], "verify": {"input": []}},
+     "did you mean `inputs`?"),
+    ("/v1/jobs", {"run": {"net": docs.MLP_NET, "fetch": ["prob"], "input": []}},
+     "did you mean `inputs`?"),
+    ("/v1/verify", _verify(inputs=[{"blob": "x", "tensor": {"shape": [1], "data": [1],
+                                                            "type": "float32"}}]),
+     "did you mean `dtype`?"),
+])
+def test_nested_typos_are_matched_in_their_own_message(client: TestClient, route: str,
+                                                       body: dict[str, Any], want: str) -> None:
+    problem = assert_problem(client.post(route, json=body), 400)
+    assert want in problem["detail"], problem["detail"]
+
+
+def test_a_typo_is_not_matched_in_another_branch(client: TestClient) -> None:
+    """`run.output` is no field of RunRequest; `verify.grad_ops.output` (the other member of
+    the job) and `net.op.output` (a Caffe2 message) are not what was meant."""
+    body = {"run": {"net": docs.MLP_NET, "fetch": ["prob"], "output": 1}}
+    problem = assert_problem(client.post("/v1/jobs", json=body), 400)
+    assert "did you mean" not in problem["detail"], problem["detail"]
