@@ -57,6 +57,7 @@ from core.verify.specs import (  # the request and report types are re-exported 
     VerifyReport,
     VerifyResult,
     finite_check_list,
+    is_float_dtype,
     materialize_inputs,
 )
 
@@ -562,7 +563,7 @@ def _default_check(
     floats: list[str] = []
     for spec in options.inputs:
         src = spec.tensor if spec.tensor is not None else spec.random
-        if src is not None and str(src.dtype).startswith("float"):
+        if src is not None and is_float_dtype(src.dtype):  # (double, DOUBLE, FLOAT too)
             floats.append(spec.blob)
     by_design = no_gradient_by_design(net.op, skip, grad_map, floats)
     if not by_design:

@@ -44,7 +44,7 @@ from core.verify.checker import (
     full_report,
     run_check,
 )
-from core.verify.specs import BlobReport, VerifyReport
+from core.verify.specs import BlobReport, VerifyReport, is_float_dtype
 
 #: Full checks of fewer elements than this run as one job (the fan-out costs a few jobs).
 FANOUT_MIN_ELEMENTS = 512
@@ -137,7 +137,7 @@ def estimated_elements(job: _Job) -> int:
     total = 0
     for spec in opts.inputs:
         t = spec.tensor or spec.random
-        if t is None or not str(t.dtype).startswith("float"):
+        if t is None or not is_float_dtype(t.dtype):
             continue
         if opts.check is not None and spec.blob not in opts.check:
             continue

@@ -265,6 +265,13 @@ def _non_finite(value: np.ndarray, dtype: str) -> str | None:
     return f"{what} at element {at}" + (f" (as {dtype})" if dtype != "float64" else "")
 
 
+def is_float_dtype(name: object) -> bool:
+    """Whether dtype name ``name`` (any spelling :data:`DTYPES` takes: ``float``, ``double``,
+    ``DOUBLE``...) is a float type."""
+    dt = DTYPES.get(str(name))
+    return dt is not None and np.dtype(dt).kind == "f"
+
+
 def _given_dtype(spec: InputSpec) -> str:
     src = spec.tensor if spec.tensor is not None else spec.random
     dt = DTYPES.get(str(src.dtype)) if src is not None else None

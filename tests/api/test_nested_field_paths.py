@@ -229,3 +229,19 @@ def test_a_typo_is_not_matched_in_another_branch(client: TestClient) -> None:
     body = {"run": {"net": docs.MLP_NET, "fetch": ["prob"], "output": 1}}
     problem = assert_problem(client.post("/v1/jobs", json=body), 400)
     assert "did you mean" not in problem["detail"], problem["detail"]
+
+
+def test_default_check_keeps_double_spelled_inputs(client: TestClient) -> None:
+    """Review finding: with an input left out by design (StopGradient), the default list kept
+    only dtypes spelled float*, silently dropping one given as "double"."""
+    body = {"net": {"op": [
+        {"type": "Mul", "input": ["a", "w"], "output": ["m"]},
+        {"type": "StopGradient", "input": ["s"], "output": ["t"]},
+        {"type": "Add", "input": ["m", "t"], "output": ["y"]},
+    ]}, "ys": ["y"], "mode": "full", "inputs": [
+        {"blob": "a", "random": {"shape": [3], "seed": 1}},
+        {"blob": "w", "random": {"shape": [3], "seed": 2, "dtype": "double"}},
+        {"blob": "s", "random": {"shape": [3], "seed": 3}}]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 200, r.text
+    assert [b["blob"] for b in r.json()["report"]["blobs"]] == ["a", "w"]
