@@ -56,6 +56,7 @@ from core.verify.specs import (  # the request and report types are re-exported 
     VerifyOptions,
     VerifyReport,
     VerifyResult,
+    check_step_resolution,
     finite_check_list,
     is_float_dtype,
     materialize_inputs,
@@ -289,6 +290,12 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             "run: there is nothing to compare; give inputs for which some output element is "
             "finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
+    if not check:  # (never a pass from nothing checked)
+        raise InvalidRequestError.at(
+            "no input is left to check (every fed float input is left out: non-finite, no "
+            "gradient by design, or none is fed): name the inputs to check in `check`",
+            path="check", code="nothing_to_check")
+    check_step_resolution(feeds, check, step)
     if not all_f64:
         diagnostics.append(Diagnostic(
             "warning", "low_precision_output",
@@ -390,6 +397,9 @@ def full_numeric(x: np.ndarray, loss_at: Any, step: float, lo: int, hi: int) -> 
         lo_v = float(flat[i])
         minus = loss_at(work)
         flat[i] = orig
+        if hi_v == lo_v:  # (check_step_resolution refuses this before any chunk runs)
+            raise InvalidRequestError.at(f"a step of {step:g} is lost at element {i}",
+                                         path="tolerances.step", code="step_below_resolution")
         out[i - lo] = (plus - minus) / (hi_v - lo_v)
     return out
 

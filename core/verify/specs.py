@@ -344,6 +344,35 @@ def _check_exact(data: Any, dt: Any, blob: str, path: str) -> None:
             "values (or a float dtype)", path=f"{path}[{at}]", blobs=[blob])
 
 
+def check_step_resolution(feeds: dict[str, np.ndarray], check: list[str], step: float) -> None:
+    """Refuse a finite-difference step the checked inputs cannot resolve.
+
+    Near a large value, ``x + step`` rounds back to ``x`` (or to a much larger or smaller
+    step): the difference is then 0 (nothing compared, a false pass) or mostly rounding (a
+    false failure). Each checked element must take the step within half of it.
+
+    Raises:
+        InvalidRequestError: code ``step_below_resolution``, path ``tolerances.step``,
+            naming the blob, the element and a step that would work.
+    """
+    for blob in check:
+        x = feeds[blob]
+        if x.dtype.kind != "f" or x.size == 0:
+            continue
+        flat = x.reshape(-1)
+        taken = (flat + x.dtype.type(step)).astype(np.float64) - (flat - x.dtype.type(step))
+        bad = ~(np.abs(taken - 2 * step) <= step)
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            value = float(flat[at])
+            need = float(np.spacing(np.abs(flat).max().astype(x.dtype))) * 1e4  # (accurate)
+            raise InvalidRequestError.at(
+                f"input '{blob}': a finite-difference step of {step:g} is below the resolution "
+                f"of element {at} ({value:g}, {x.dtype.name}): the difference would be rounding, "
+                f"not the gradient; give tolerances.step of at least {need:.3g}, or inputs of "
+                "moderate size", path="tolerances.step", blobs=[blob], code="step_below_resolution")
+
+
 def materialize_inputs(
     specs: Sequence[InputSpec], seed: int = 0, limits: RunLimits | None = None
 ) -> dict[str, np.ndarray]:

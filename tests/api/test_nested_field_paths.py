@@ -245,3 +245,26 @@ def test_default_check_keeps_double_spelled_inputs(client: TestClient) -> None:
     r = client.post("/v1/verify", json=body)
     assert r.status_code == 200, r.text
     assert [b["blob"] for b in r.json()["report"]["blobs"]] == ["a", "w"]
+
+
+@pytest.mark.parametrize("mode", ["fast", "full"])
+def test_a_step_below_the_inputs_resolution_is_refused(client: TestClient, mode: str) -> None:
+    """Final walkthrough: at |x| = 1e20 the step 1e-6 is lost (x + h == x); fast mode then
+    compared 0 with 0 and passed, full mode divided by zero (a 422 worker error)."""
+    body = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"],
+            "mode": mode, "inputs": [{"blob": "x", "tensor": {"shape": [2],
+                                                              "data": [1e20, 3e20]}}]}
+    problem = assert_problem(client.post("/v1/verify", json=body), 400)
+    assert [(e["code"], e["path"]) for e in problem["errors"]] == [
+        ("step_below_resolution", "tolerances.step")]
+    body["tolerances"] = {"step": 1e9}  # 6e4 ulps: the check runs, and Relu is right
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 200 and r.json()["report"]["passed"] is True, r.text
+
+
+def test_nothing_left_to_check_is_not_a_pass(client: TestClient) -> None:
+    body = {"net": {"op": [{"type": "Softmax", "input": ["mask"], "output": ["p"]}]},
+            "ys": ["p"], "inputs": [{"blob": "mask", "tensor": {
+                "shape": [1, 3], "data": [0, "-Infinity", 1]}}]}
+    problem = assert_problem(client.post("/v1/verify", json=body), 400)
+    assert [(e["code"], e["path"]) for e in problem["errors"]] == [("nothing_to_check", "check")]
