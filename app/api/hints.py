@@ -135,8 +135,8 @@ def nested_under(exc: E, prefix: str, desc: Any) -> E:
     """``exc`` with every problem whose path is a field path of ``desc`` (``mode``,
     ``inputs[2].tensor.data``) moved under ``prefix`` (``verify.mode``): the engine names
     fields of the request it was given, which a route may have taken from inside another
-    (``/v1/jobs``' ``verify``, ``/v1/gradients/net``'s ``verify``). Sub-net paths
-    (``op[0]:Do/...``) stay as they are."""
+    (``/v1/gradients/net``'s ``verify``; a ``/v1/jobs`` error stays the synchronous route's
+    problem). Sub-net paths (``op[0]:Do/...``) stay as they are."""
     fields = _top_fields(desc)
     moved = [dataclasses.replace(p, path=f"{prefix}.{p.path}")
              if p.path and re.split(r"[.\[]", p.path, maxsplit=1)[0] in fields else p
