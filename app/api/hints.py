@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any, TypeVar
 
-from google.protobuf.descriptor import Descriptor
-
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api.jsonmap import bare_oneof, json_options
 from core.errors import DecodeError, NetgradError
@@ -138,11 +136,9 @@ def nested_under(exc: E, prefix: str, desc: Any) -> E:
     (``/v1/gradients/net``'s ``verify``; a ``/v1/jobs`` error stays the synchronous route's
     problem). Sub-net paths (``op[0]:Do/...``) stay as they are."""
     fields = _top_fields(desc)
-    moved = [dataclasses.replace(p, path=f"{prefix}.{p.path}")
-             if p.path and re.split(r"[.\[]", p.path, maxsplit=1)[0] in fields else p
-             for p in exc.problems]
-    if moved != exc.problems:
-        exc.problems = moved
+    exc.problems = [dataclasses.replace(p, path=f"{prefix}.{p.path}")
+                    if p.path and re.split(r"[.\[]", p.path, maxsplit=1)[0] in fields else p
+                    for p in exc.problems]
     return exc
 
 
@@ -176,27 +172,11 @@ def _parent_message(route: str, path: str) -> Any:
     return desc
 
 
-def _field_names(desc: Descriptor, into: set[str], seen: set[str]) -> None:
-    if desc.full_name in seen:
-        return
-    seen.add(desc.full_name)
-    bare = bare_oneof(desc)
-    for f in desc.fields:
-        if not bare:  # (a bare oneof's member names are never JSON keys: `dense`, `slice`)
-            into.add(f.name)
-        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
-            _field_names(f.message_type, into, seen)
-
-
-
 @cache
 def _known_fields(route: str) -> tuple[str, ...]:
-    desc = ROUTE_MESSAGES.get(route)
-    if desc is None:
-        return ()
-    names: set[str] = set()
-    _field_names(desc, names, set())
-    return tuple(sorted(names))
+    """Every field name of ``route``'s request, at any depth (a bare oneof's member names,
+    never JSON keys, left out)."""
+    return tuple(sorted(_field_paths(route)))
 
 
 @cache
@@ -426,11 +406,11 @@ def not_found_hint(path: str, method: str, routes: Iterable[tuple[str, set[str]]
         return f"{method} {path} is not served; use {methods} {path}{what}"
     # a misspelt route (`/v1/gradient/op`, `/v1/verfy`): the nearest one of the method
     served = sorted(p for p, m in table.items() if method in m and "{" not in p)
-    scored = sorted(((difflib.SequenceMatcher(None, stripped, p).ratio(), p) for p in served),
-                    key=lambda sp: -sp[0])
     best = [p for p in served if p.startswith(stripped + "/")]  # a route's parent
-    if not best:
-        best = [p for r, p in scored if r >= 0.85 and r == scored[0][0]]
+    if not best and served:
+        ratio = {p: difflib.SequenceMatcher(None, stripped, p).ratio() for p in served}
+        top = max(ratio.values())
+        best = [p for p in served if ratio[p] == top >= 0.85]
     if best:  # (each of a tie, or of a parent: `/v1/gradients` is .../net or .../op)
         return f"no route at {path}; did you mean {' or '.join(f'{method} {p}' for p in best)}?"
     return None

@@ -265,17 +265,22 @@ def _non_finite(value: np.ndarray, dtype: str) -> str | None:
     return f"{what} at element {at}" + (f" (as {dtype})" if dtype != "float64" else "")
 
 
-def is_float_dtype(name: object) -> bool:
-    """Whether dtype name ``name`` (any spelling :data:`DTYPES` takes: ``float``, ``double``,
-    ``DOUBLE``...) is a float type."""
+def _np_dtype(name: object) -> np.dtype[Any] | None:
+    """The NumPy dtype of a dtype name in any spelling :data:`DTYPES` takes, or ``None``."""
     dt = DTYPES.get(str(name))
-    return dt is not None and np.dtype(dt).kind == "f"
+    return np.dtype(dt) if dt is not None else None
+
+
+def is_float_dtype(name: object) -> bool:
+    """Whether dtype name ``name`` (``float``, ``double``, ``DOUBLE``...) is a float type."""
+    dt = _np_dtype(name)
+    return dt is not None and dt.kind == "f"
 
 
 def _given_dtype(spec: InputSpec) -> str:
     src = spec.tensor if spec.tensor is not None else spec.random
-    dt = DTYPES.get(str(src.dtype)) if src is not None else None
-    return np.dtype(dt).name if dt is not None else "float64"
+    dt = _np_dtype(src.dtype) if src is not None else None
+    return dt.name if dt is not None else "float64"
 
 
 def finite_check_list(feeds: dict[str, np.ndarray], check: list[str], explicit: bool,
@@ -304,8 +309,8 @@ def finite_check_list(feeds: dict[str, np.ndarray], check: list[str], explicit: 
                 "info", "not_checked_non_finite",
                 f"input '{blob}' holds {found}: not checked (finite differences need finite "
                 "values); its value is fed as given", blobs=(blob,)))
-        else:
-            where = paths.get(blob, "check")
+        else:  # (every fed blob has a spec: feeds are made from specs)
+            where = paths[blob]
             raise InvalidRequestError.at(
                 f"input '{blob}' holds {found}; the finite differences of a checked input "
                 "need finite values: give finite values, or leave the blob out of `check`",
