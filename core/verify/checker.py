@@ -291,10 +291,9 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             "finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
     if not check:  # (never a pass from nothing checked)
-        raise InvalidRequestError.at(
-            "no input is left to check (every fed float input is left out: non-finite, no "
-            "gradient by design, or none is fed): name the inputs to check in `check`",
-            path="check", code="nothing_to_check")
+        raise InvalidRequestError.at("no input is left to check (none fed, or all non-finite or "
+                                     "without a gradient by design): name inputs in `check`",
+                                     path="check", code="nothing_to_check")
     check_step_resolution(feeds, check, step)
     if not all_f64:
         diagnostics.append(Diagnostic(
@@ -397,7 +396,7 @@ def full_numeric(x: np.ndarray, loss_at: Any, step: float, lo: int, hi: int) -> 
         lo_v = float(flat[i])
         minus = loss_at(work)
         flat[i] = orig
-        if hi_v == lo_v:  # (check_step_resolution refuses this before any chunk runs)
+        if hi_v == lo_v:  # (check_step_resolution refuses it before any chunk runs)
             raise InvalidRequestError.at(f"a step of {step:g} is lost at element {i}",
                                          path="tolerances.step", code="step_below_resolution")
         out[i - lo] = (plus - minus) / (hi_v - lo_v)
@@ -450,9 +449,11 @@ def _validate(opts: VerifyOptions) -> None:
     if opts.step is not None and not (opts.step > 0 and math.isfinite(opts.step)):
         raise InvalidRequestError.at(f"step must be a positive number, got {opts.step}",
                                      path="tolerances.step")
-    if not (opts.atol >= 0 and opts.rtol >= 0):
-        bad = "atol" if not opts.atol >= 0 else "rtol"
-        raise InvalidRequestError.at("atol and rtol must be >= 0", path=f"tolerances.{bad}")
+    if not (0 <= opts.atol < math.inf and 0 <= opts.rtol < 1):  # (else a wrong one passes)
+        bad = "atol" if not 0 <= opts.atol < math.inf else "rtol"
+        raise InvalidRequestError.at(
+            f"atol must be finite and >= 0 and rtol in [0, 1), got atol {opts.atol}, rtol "
+            f"{opts.rtol} (looser passes a wrong gradient)", path=f"tolerances.{bad}")
     if not 1 <= opts.passes <= MAX_PASSES:
         raise InvalidRequestError.at(f"passes must be in 1..{MAX_PASSES}, got {opts.passes}",
                                      path="passes")

@@ -268,3 +268,16 @@ def test_nothing_left_to_check_is_not_a_pass(client: TestClient) -> None:
                 "shape": [1, 3], "data": [0, "-Infinity", 1]}}]}
     problem = assert_problem(client.post("/v1/verify", json=body), 400)
     assert [(e["code"], e["path"]) for e in problem["errors"]] == [("nothing_to_check", "check")]
+
+
+@pytest.mark.parametrize(("tolerances", "path"), [
+    ({"rtol": "Infinity"}, "tolerances.rtol"), ({"rtol": 1.0}, "tolerances.rtol"),
+    ({"atol": "Infinity"}, "tolerances.atol"), ({"atol": "NaN"}, "tolerances.atol"),
+])
+def test_tolerances_that_pass_anything_are_refused(client: TestClient, tolerances: dict[str, Any],
+                                                   path: str) -> None:
+    """Final walkthrough: `"rtol": "Infinity"` made a wrong gradient (Scale -100 for
+    Mul(x, x)) pass."""
+    body = _verify(tolerances={**docs.VERIFY_REQUEST["tolerances"], **tolerances})
+    problem = assert_problem(client.post("/v1/verify", json=body), 400)
+    assert [e["path"] for e in problem["errors"]] == [path]
