@@ -221,12 +221,14 @@ async def read_body(
             try:
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total - len(chunk) + exc.start, exc.reason, media) from exc
+                raise _not_utf8(total - len(chunk) + exc.start, exc.reason, media,
+                                _bad_byte_path(texts, exc, media)) from exc
         if decoder is not None:
             try:
                 texts.append(decoder.decode(b"", final=True))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total, exc.reason, media) from exc
+                raise _not_utf8(total, exc.reason, media,
+                                _bad_byte_path(texts, exc, media)) from exc
     except (LimitExceededError, DecodeError):
         if size is None or total < size:  # unread bytes left: do not read them
             request.state.close_connection = True
@@ -236,11 +238,28 @@ async def read_body(
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), None
 
 
-def _not_utf8(position: int, reason: str, media: Media = Media.JSON) -> DecodeError:
+def _bad_byte_path(texts: list[str], exc: UnicodeDecodeError, media: Media) -> str | None:
+    """The JSON field path where a byte that is not UTF-8 stands (``None``: not known).
+
+    Only JSON bodies, and only when the text before the byte is short enough to scan
+    (:data:`app.api.bodypaths.MAX_SCAN_CHARS`): a hostile body stays cheap to refuse.
+    """
+    from app.api.bodypaths import MAX_SCAN_CHARS, json_path_at
+
+    if media is not Media.JSON or sum(map(len, texts)) + exc.start > MAX_SCAN_CHARS:
+        return None
+    head = bytes(exc.object[:exc.start]).decode("utf-8", "replace")
+    return json_path_at("".join(texts) + head)
+
+
+def _not_utf8(
+    position: int, reason: str, media: Media = Media.JSON, path: str | None = None
+) -> DecodeError:
     what = "text-format (text/x-protobuf) body" if media is Media.TEXT else "JSON body"
+    where = f" in {path}" if path else ""
     return DecodeError.at(
-        f"{what} is not valid UTF-8 (byte {position}: {reason}); names must be UTF-8 text",
-        code="invalid_utf8",
+        f"{what} is not valid UTF-8 (byte {position}{where}: {reason}); names must be UTF-8 "
+        "text", code="invalid_utf8", path=path,
     )
 
 

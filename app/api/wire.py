@@ -183,9 +183,16 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
     try:
         obj = json.loads(text, object_pairs_hook=_unique_pairs)
     except _DuplicateKey as exc:
-        raise DecodeError.at(
-            f"body gives the key {exc.key!r} twice in one JSON object; give each field once",
-            code="duplicate_key") from exc
+        from app.api.bodypaths import duplicate_key_problems
+
+        problems = duplicate_key_problems(text)
+        head = problems[0].message if problems else (
+            f"body gives the key {exc.key!r} twice in one JSON object; give each field once")
+        if len(problems) > 1:
+            head = f"keys are given twice in {len(problems)} places; the first: {head}"
+        if not problems:
+            raise DecodeError.at(head, code="duplicate_key") from exc
+        raise DecodeError(head, problems) from exc
     except json.JSONDecodeError as exc:
         from app.api.hints import PBTXT_HINT
 

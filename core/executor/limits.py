@@ -74,15 +74,21 @@ def set_default_limits(limits: RunLimits) -> None:
     _default = limits
 
 
-def check_elements(n: int, what: str, limits: RunLimits) -> None:
+def check_elements(
+    n: int, what: str, limits: RunLimits, path: str | None = None, blobs: tuple[str, ...] = ()
+) -> None:
     """Raise when a tensor of ``n`` elements would exceed ``limits.max_elements``.
+
+    ``path`` and ``blobs``: where the tensor is given in the request (``inputs[2].random``)
+    and its blob, for the problem.
 
     Raises:
         LimitExceededError: ``n > limits.max_elements`` (code ``tensor_too_large``).
     """
     if n > limits.max_elements:
         msg = f"{what} would hold {n} elements, more than the limit of {limits.max_elements}"
-        raise LimitExceededError(msg, [Diagnostic("error", "tensor_too_large", msg)])
+        raise LimitExceededError(
+            msg, [Diagnostic("error", "tensor_too_large", msg, path=path, blobs=blobs)])
 
 
 @contextmanager

@@ -63,7 +63,9 @@ def _check_nesting(
 
 def _too_deep(path: str, op_index: int, op_type: str, max_depth: int) -> LimitExceededError:
     return LimitExceededError.at(
-        f"sub-nets are nested deeper than the limit of {max_depth} levels at {path}",
+        f"sub-nets are nested deeper than the limit of {max_depth} levels at {path}; each "
+        "sub-net of a Do, If, While or RecurrentNetwork op is one level: flatten the net, or "
+        "ask the operator to raise the limit (setting NETGRAD_MAX_DEPTH)",
         op_index=op_index,
         op_type=op_type,
         path=path,

@@ -205,7 +205,8 @@ def _shape(shape: Sequence[int], blob: str, limits: RunLimits, where: str) -> tu
         raise InvalidRequestError.at(
             f"input '{blob}': dimension above the tensor limit of {limits.max_elements} "
             f"in shape {list(dims)}", path=f"{where}.shape", blobs=[blob])
-    check_elements(math.prod(dims), f"input blob '{blob}'", limits)
+    check_elements(math.prod(dims), f"input blob '{blob}' of shape {list(dims)}", limits,
+                   path=f"{where}.shape", blobs=(blob,))
     return dims
 
 

@@ -1,0 +1,156 @@
+"""Field paths for problems found before a JSON body is a tree: duplicate keys, bad UTF-8.
+
+The JSON decoder reports a duplicated key without saying in which object, and the UTF-8
+decoder reports a byte offset. A user fixes a body faster from ``net.op[3].input[0]`` than
+from "byte 1234", so the error path (and only the error path) spends one more look at the
+body to name the field. Both helpers are bounded: they never cost more than a C-speed
+re-parse of a body the server already accepted in size, or a scan of at most
+:data:`MAX_SCAN_CHARS` characters.
+
+Paths are written as the other request problems write them: JSON keys as sent, joined
+with ``.``, list positions as ``[i]`` (``net.op[0].arg[1].name``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from core.types import Diagnostic
+
+#: A body prefix longer than this is not scanned for the path of a bad byte (the problem
+#: then names the byte offset only); keeps the refusal of a hostile body cheap.
+MAX_SCAN_CHARS = 1 << 17
+#: A prefix nested deeper than this names no path (no request nests that deep).
+MAX_SCAN_DEPTH = 256
+#: At most this many duplicated keys are listed one by one; the rest are counted.
+MAX_LISTED = 50
+#: The duplicate-key walk looks at most this many JSON values (a body of a million numbers
+#: is not walked to its end; the keys found by then are named).
+MAX_VISITS = 200_000
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object that gives some key more than once, kept as its key/value pairs."""
+
+
+def _keep_duplicates(pairs: list[tuple[str, Any]]) -> Any:
+    obj = dict(pairs)
+    return obj if len(obj) == len(pairs) else _Pairs(pairs)
+
+
+def duplicate_key_problems(text: str) -> list[Diagnostic]:
+    """One problem per key that a JSON object of ``text`` gives twice, in body order.
+
+    Args:
+        text: a JSON body that ``json.loads`` parses but whose objects repeat a key.
+
+    Returns:
+        Diagnostics with code ``duplicate_key`` and ``path`` the repeated field
+        (``net.op[0].type``; a repeated top-level key is its own path, ``ys``), at most
+        :data:`MAX_LISTED` of them and then one counting the rest; empty when ``text`` does
+        not parse.
+    """
+    try:
+        tree = json.loads(text, object_pairs_hook=_keep_duplicates)
+    except (ValueError, RecursionError):
+        return []
+    found: list[tuple[str, str]] = []
+    budget = MAX_VISITS
+    # Depth first, in body order: a repeated key is listed where its second copy stands.
+    stack: list[Any] = [iter([(tree, "", False)])]
+    while stack:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            continue
+        node, path, repeated = step
+        if repeated is not False:
+            found.append((path, repeated))
+        if isinstance(node, dict | _Pairs):
+            pairs = list(node.items() if isinstance(node, dict) else node)[:budget]
+            seen: set[str] = set()
+            children = []
+            for k, v in pairs:
+                children.append((v, f"{path}.{k}" if path else k, k if k in seen else False))
+                seen.add(k)
+        elif isinstance(node, list):
+            children = [(v, f"{path}[{i}]", False) for i, v in enumerate(node[:budget])]
+        else:
+            continue
+        budget -= len(children)
+        if budget <= 0:
+            break
+        stack.append(iter(children))
+    paths = list(dict.fromkeys(found))
+    out = [
+        Diagnostic("error", "duplicate_key",
+                   f"{p}: the body gives the key {key!r} twice in one JSON object (a JSON "
+                   "parser would keep one value and drop the other); give each field once",
+                   path=p)
+        for p, key in paths[:MAX_LISTED]
+    ]
+    if len(paths) > MAX_LISTED:
+        out.append(Diagnostic("error", "duplicate_key",
+                              f"and {len(paths) - MAX_LISTED} more keys given twice"))
+    return out
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|[{}\[\],:]', re.DOTALL)
+
+
+def json_path_at(prefix: str) -> str | None:
+    """The field path of the JSON value being read where ``prefix`` ends.
+
+    Args:
+        prefix: the start of a JSON body, up to (not including) a byte that is not UTF-8.
+
+    Returns:
+        e.g. ``net.op[0].type``; ``None`` when the prefix is longer than
+        :data:`MAX_SCAN_CHARS`, nests deeper than :data:`MAX_SCAN_DEPTH` or is not the
+        start of a JSON object (no path to name). A
+        bad byte inside a key names the object that holds the key.
+    """
+    if len(prefix) > MAX_SCAN_CHARS or not prefix.lstrip().startswith("{"):
+        return None
+    # Each frame: [is_object, key or index, expecting a key]
+    stack: list[list[Any]] = []
+    in_key = False
+    for m in _TOKEN.finditer(prefix):
+        tok = m.group(0)
+        if tok[0] == '"':
+            top = stack[-1] if stack else None
+            if top is not None and top[0] and top[2]:
+                if not m.group(1):  # the prefix ends inside this key
+                    in_key = True
+                    break
+                try:
+                    top[1] = json.loads(tok)
+                except ValueError:
+                    top[1] = tok[1:-1]
+                top[2] = False
+        elif tok == "{" or tok == "[":
+            if len(stack) >= MAX_SCAN_DEPTH:
+                return None
+            stack.append([True, None, True] if tok == "{" else [False, 0, False])
+        elif tok in "}]":
+            if stack:
+                stack.pop()
+        elif tok == ",":
+            if stack:
+                top = stack[-1]
+                if top[0]:
+                    top[1], top[2] = None, True
+                else:
+                    top[1] += 1
+    parts: list[str] = []
+    for k, (is_obj, at, _) in enumerate(stack):
+        if is_obj:
+            if at is None or (in_key and k == len(stack) - 1):
+                break
+            parts.append(f".{at}" if parts else str(at))
+        else:
+            parts.append(f"[{at}]")
+    path = "".join(parts)
+    return path or None

@@ -1,0 +1,107 @@
+"""Problems found before a body is a tree still name the field (stop 21).
+
+A key given twice names the repeated field (every one, in body order), a byte that is not
+UTF-8 names the field it stands in, and a fed tensor over the element limit names its
+``shape``. The look for the path is bounded: a long prefix or a deep one names the byte only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import bodypaths
+from app.main import create_app
+from app.settings import Settings
+from tests.api.helpers import assert_problem
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=1)), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_every_key_given_twice_is_named_in_body_order(client: TestClient) -> None:
+    body = (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "input": ["z"], "output": ["y"]},'
+            b' {"type": "Relu", "type": "Sigmoid", "input": ["y"], "output": ["w"]}]},'
+            b' "ys": ["w"], "ys": ["y"]}')
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    paths = [e["path"] for e in problem["errors"]]
+    assert paths == ["net.op[0].input", "net.op[1].type", "ys"], problem
+    assert all(e["code"] == "duplicate_key" for e in problem["errors"])
+    assert "'type' twice" in problem["errors"][1]["message"]
+    assert problem["detail"].startswith("keys are given twice in 3 places")
+
+
+def test_a_top_level_key_given_twice_is_its_own_path(client: TestClient) -> None:
+    body = b'{"net": {"op": []}, "net": {"op": []}, "ys": ["y"]}'
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    assert [e["path"] for e in problem["errors"]] == ["net"]
+    assert "'net' twice" in problem["detail"]
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    (b'{"net": {"op": [{"type": "Relu\xff", "input": ["x"], "output": ["y"]}]}, "ys": ["y"]}',
+     "net.op[0].type"),
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x", "\xc3("], "output": ["y"]}]}}',
+     "net.op[0].input[1]"),
+    (b'{"net": {"op": [{"type": "Relu"}, {"ty\xffpe": "Relu"}]}}', "net.op[1]"),
+    (b'{"net": {"name": "a \\" b \xff"}}', "net.name"),
+])
+def test_a_byte_that_is_not_utf8_names_its_field(
+    client: TestClient, body: bytes, path: str
+) -> None:
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    err = problem["errors"][0]
+    assert err["code"] == "invalid_utf8" and err["path"] == path, err
+    bad = body.index(b"\xff") if b"\xff" in body else body.index(b"\xc3(")
+    assert f"byte {bad} in {path}:" in err["message"]
+
+
+def test_a_bad_byte_after_a_long_prefix_names_the_byte_only(client: TestClient) -> None:
+    pad = " " * (bodypaths.MAX_SCAN_CHARS + 10)
+    body = ('{"net": {"op": []},' + pad + '"ys": ["').encode() + b"\xff\"]}"
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    err = problem["errors"][0]
+    assert err["code"] == "invalid_utf8" and err["path"] is None
+    bad = body.index(b"\xff")
+    assert f"byte {bad}:" in err["message"]
+
+
+def test_a_fed_tensor_over_the_element_limit_names_its_shape(client: TestClient) -> None:
+    req = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "fetch": ["y"],
+           "inputs": [{"blob": "w", "tensor": {"shape": [1], "data": [1.0]}},
+                      {"blob": "x", "random": {"shape": [100000, 100000]}}]}
+    problem = assert_problem(client.post("/v1/run", json=req), 422)
+    err = problem["errors"][0]
+    assert err["code"] == "tensor_too_large"
+    assert err["path"] == "inputs[1].random.shape" and err["blobs"] == ["x"], err
+
+
+@pytest.mark.parametrize(("prefix", "path"), [
+    ('{"a": [[1, 2], [3, "', "a[1][1]"),
+    ('{"a": {"b": 1, "c": {"d', "a.c"),
+    ('{"a": {"b": 1}, "c": [{}, {"e": "', "c[1].e"),
+    ('{"k\\"ey": "', 'k"ey'),
+    ('{"', None),
+    ("[1, ", None),
+    ('{"a": ' + "[" * (bodypaths.MAX_SCAN_DEPTH + 1), None),
+])
+def test_json_path_at(prefix: str, path: str | None) -> None:
+    assert bodypaths.json_path_at(prefix) == path
+
+
+def test_the_duplicate_walk_is_bounded_and_falls_back(client: TestClient) -> None:
+    data = json.dumps([0.5] * (bodypaths.MAX_VISITS + 5))
+    text = '{"inputs": [{"tensor": {"data": ' + data + '}}], "ys": 1, "ys": 2}'
+    assert bodypaths.duplicate_key_problems(text) == []  # budget spent before `ys`
+    problem = assert_problem(
+        client.post("/v1/verify", content=text.encode(), headers=JSON), 400)
+    assert problem["errors"][0]["code"] == "duplicate_key"
+    assert "'ys' twice" in problem["detail"]
