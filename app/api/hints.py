@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import Any, TypeVar
 
+from google.protobuf.descriptor import FieldDescriptor
+
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app.api.jsonmap import bare_oneof, json_options
 from core.errors import DecodeError, NetgradError
@@ -102,6 +104,41 @@ def media_hint(data: bytes) -> str | None:
             b"{" in head or b":" in head):
         return TEXT_AS_BINARY_HINT
     return None
+
+
+#: Field types a binary protobuf writes as a varint (wire type 0); the others we expect
+#: first in a request (messages, strings, bytes) are length-delimited (wire type 2).
+_VARINT_TYPES = frozenset({
+    FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_ENUM,
+})
+
+
+_JSON_NEXT = frozenset(bytes([b]) for b in b'{["\' \t\r\n')
+
+
+def binary_as_json_hint(head: bytes, desc: Any) -> str | None:
+    """What to send instead, for a body sent as JSON or text that starts like binary
+    protobuf of the route's request message ``desc``: its first byte is the tag of one of
+    ``desc``'s fields, with that field's wire type (``0x0a`` for a ``net`` in field 1).
+
+    The first byte may be a newline (``0x0a`` is both): a body whose second byte could
+    continue JSON (``{``, ``[``, a quote, white space) is not taken for binary. Callers that
+    hold the whole body check that it parses, too.
+    """
+    if len(head) < 2 or head[0] >= 0x80 or head[1:2] in _JSON_NEXT:
+        return None
+    field = desc.fields_by_number.get(head[0] >> 3)
+    if field is None:
+        return None
+    wire = 0 if field.type in _VARINT_TYPES else 2 if field.type in (
+        FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING,
+        FieldDescriptor.TYPE_BYTES) else None
+    if wire is None or head[0] & 7 != wire:
+        return None
+    return (f"the body looks like binary protobuf (a {desc.name}); send it with Content-Type "
+            "application/x-protobuf")
 
 
 def refuse_other_media(data: bytes, exc: DecodeError) -> None:

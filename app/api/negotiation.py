@@ -221,8 +221,15 @@ async def read_body(
             try:
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total - len(chunk) + exc.start, exc.reason, media,
-                                _bad_byte_path(texts, exc, media)) from exc
+                err = _not_utf8(total - len(chunk) + exc.start, exc.reason, media,
+                                _bad_byte_path(texts, exc, media))
+                if not texts and message is not None:
+                    from app.api.hints import binary_as_json_hint, join_hint
+
+                    hint = binary_as_json_hint(chunk, message)
+                    if hint is not None:
+                        err = DecodeError.at(join_hint(err.message, hint), code="invalid_utf8")
+                raise err from exc
         if decoder is not None:
             try:
                 texts.append(decoder.decode(b"", final=True))

@@ -171,6 +171,15 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def _parses_as(text: str, cls: type[M]) -> bool:
+    """Whether ``text``'s UTF-8 bytes are a binary ``cls`` (on the error path only)."""
+    try:
+        cls.FromString(text.encode("utf-8", "surrogatepass"))
+    except (message.DecodeError, UnicodeError):
+        return False
+    return True
+
+
 def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
     text = body.text or ""
     if not text.strip():
@@ -194,10 +203,13 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             raise DecodeError.at(head, code="duplicate_key") from exc
         raise DecodeError(head, problems) from exc
     except json.JSONDecodeError as exc:
-        from app.api.hints import PBTXT_HINT
+        from app.api.hints import PBTXT_HINT, binary_as_json_hint
 
         head = text.lstrip()[:64]
         hint = f"; {PBTXT_HINT}" if head[:1].isalpha() and ("{" in head or ":" in head) else ""
+        as_binary = binary_as_json_hint(text[:2].encode("utf-8"), cls.DESCRIPTOR)
+        if as_binary is not None and _parses_as(text, cls):
+            hint = f"; {as_binary}"
         raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
     except RecursionError as exc:
         raise LimitExceededError.at(

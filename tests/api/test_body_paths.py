@@ -105,3 +105,33 @@ def test_the_duplicate_walk_is_bounded_and_falls_back(client: TestClient) -> Non
         client.post("/v1/verify", content=text.encode(), headers=JSON), 400)
     assert problem["errors"][0]["code"] == "duplicate_key"
     assert "'ys' twice" in problem["detail"]
+
+
+def _binary_request(name: str) -> bytes:
+    from api_schemas import caffe2_pb2, netgrad_pb2
+
+    req = netgrad_pb2.NetGradientRequest()
+    req.net.name = name
+    req.net.op.append(caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"]))
+    req.ys.add(blob="y")
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize("name", ["short", "n" * 300])  # valid UTF-8, and not (length 0x80+)
+def test_binary_protobuf_sent_as_json_says_which_content_type(
+    client: TestClient, name: str
+) -> None:
+    data = _binary_request(name)
+    problem = assert_problem(client.post("/v1/gradients/net", content=data, headers=JSON), 400)
+    assert "looks like binary protobuf (a NetGradientRequest)" in problem["detail"], problem
+    assert "application/x-protobuf" in problem["detail"]
+    ok = client.post("/v1/gradients/net", content=data,
+                     headers={"content-type": "application/x-protobuf"})
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("body", [b'\n{"net": oops}', b"\n\n{", b'{"net": [}'])
+def test_bad_json_is_not_taken_for_binary(client: TestClient, body: bytes) -> None:
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    assert problem["errors"][0]["code"] == "invalid_json"
+    assert "binary protobuf" not in problem["detail"]
