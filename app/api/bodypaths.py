@@ -154,3 +154,62 @@ def json_path_at(prefix: str) -> str | None:
             parts.append(f"[{at}]")
     path = "".join(parts)
     return path or None
+
+
+#: A ``\\u`` escape of a UTF-16 surrogate: the only way a lone surrogate gets into a body
+#: that decoded as UTF-8 (a pair spells one character and is fine).
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_problems(tree: Any) -> list[Diagnostic]:
+    """One problem per string of a parsed JSON body (key or value) that holds a lone UTF-16
+    surrogate, such as ``"\\ud800"``: no protobuf string can hold it.
+
+    Only called when the body's text matches :data:`SURROGATE_ESCAPE` (a C-speed search),
+    so a body without such an escape is not walked.
+
+    Returns:
+        Diagnostics with code ``invalid_utf8`` and the field path (``net.op[0].input[0]``; a
+        key: the path it would have), in body order, at most :data:`MAX_LISTED`.
+    """
+    out: list[Diagnostic] = []
+    stack: list[Any] = [iter([(tree, "")])]
+    while stack and len(out) < MAX_LISTED:
+        step = next(stack[-1], None)
+        if step is None:
+            stack.pop()
+            continue
+        node, path = step
+        if isinstance(node, str):
+            if not _encodes(node):
+                out.append(_surrogate(path, node))
+        elif isinstance(node, dict):
+            children = []
+            for k, v in node.items():
+                here = f"{path}.{k}" if path else k
+                if not _encodes(k):
+                    out.append(_surrogate(here, k, key=True))
+                children.append((v, here))
+            stack.append(iter(children))
+        elif isinstance(node, list):
+            stack.append(iter([(v, f"{path}[{i}]") for i, v in enumerate(node)]))
+    return out
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _surrogate(path: str, text: str, key: bool = False) -> Diagnostic:
+    at = next(i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF)
+    what = "key" if key else "string"
+    return Diagnostic(
+        "error", "invalid_utf8",
+        f"{path}: the {what} holds a lone UTF-16 surrogate (\\u{ord(text[at]):04x} at "
+        f"character {at}), which is not text; a \\u escape of a surrogate must be one of a "
+        "pair that spells one character (\\ud83d\\ude00), or send the character as UTF-8",
+        path=path)

@@ -222,6 +222,14 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             "body holds an integer of more than 4300 digits, which no field can take",
             code="invalid_json") from exc
 
+    if "\\u" in text:
+        from app.api.bodypaths import SURROGATE_ESCAPE, lone_surrogate_problems
+
+        lone = lone_surrogate_problems(obj) if SURROGATE_ESCAPE.search(text) else []
+        if lone:
+            head = lone[0].message if len(lone) == 1 else (
+                f"{len(lone)} strings hold a lone surrogate; the first: {lone[0].message}")
+            raise DecodeError(head, lone)
     # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
     # neither key (nor a \u escape, which could spell one) has none to depth-check.
     may_nest = '"n"' in text or '"nets"' in text or "\\u" in text

@@ -135,3 +135,30 @@ def test_bad_json_is_not_taken_for_binary(client: TestClient, body: bytes) -> No
     problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
     assert problem["errors"][0]["code"] == "invalid_json"
     assert "binary protobuf" not in problem["detail"]
+
+
+@pytest.mark.parametrize(("body", "path"), [
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x\\ud800"], "output": ["y"]}]},'
+     b' "ys": ["y"]}', "net.op[0].input[0]"),
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"], '
+     b'"arg": [{"name": "a", "s": "\\uDC00"}]}]}, "ys": ["y"]}', "net.op[0].arg[0].s"),
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},'
+     b' "ys": ["y\\ud800"]}', "ys[0]"),
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},'
+     b' "ys": ["y"], "\\ud800": 1}', "\\ud800"),  # (answers escape a lone surrogate)
+])
+def test_a_lone_surrogate_is_named_where_it_stands(
+    client: TestClient, body: bytes, path: str
+) -> None:
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    err = problem["errors"][0]
+    assert err["code"] == "invalid_utf8" and err["path"] == path, err
+    assert "lone UTF-16 surrogate" in err["message"]
+
+
+def test_a_surrogate_pair_is_one_character(client: TestClient) -> None:
+    body = (b'{"net": {"op": [{"type": "Relu", "input": ["x\\ud83d\\ude00"], "output": ["y"]}]},'
+            b' "ys": ["y"]}')
+    r = client.post("/v1/gradients/net", content=body, headers=JSON)
+    assert r.status_code == 200, r.text
+    assert r.json()["grad_map"]["x\U0001f600"] == "x\U0001f600_grad"
