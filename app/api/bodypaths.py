@@ -162,15 +162,16 @@ SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def lone_surrogate_problems(tree: Any) -> list[Diagnostic]:
-    """One problem per string of a parsed JSON body (key or value) that holds a lone UTF-16
-    surrogate, such as ``"\\ud800"``: no protobuf string can hold it.
+    """One problem per string value of a parsed JSON body that holds a lone UTF-16
+    surrogate, such as ``"\\ud800"``: no protobuf string can hold it. (Keys are not
+    looked at: no field is named so, and the field check names an unknown key.)
 
     Only called when the body's text matches :data:`SURROGATE_ESCAPE` (a C-speed search),
     so a body without such an escape is not walked.
 
     Returns:
-        Diagnostics with code ``invalid_utf8`` and the field path (``net.op[0].input[0]``; a
-        key: the path it would have), in body order, at most :data:`MAX_LISTED`.
+        Diagnostics with code ``invalid_utf8`` and the field path (``net.op[0].input[0]``),
+        in body order, at most :data:`MAX_LISTED`.
     """
     out: list[Diagnostic] = []
     stack: list[Any] = [iter([(tree, "")])]
@@ -185,11 +186,8 @@ def lone_surrogate_problems(tree: Any) -> list[Diagnostic]:
                 out.append(_surrogate(path, node))
         elif isinstance(node, dict):
             children = []
-            for k, v in node.items():
-                here = f"{path}.{k}" if path else k
-                if not _encodes(k):
-                    out.append(_surrogate(here, k, key=True))
-                children.append((v, here))
+            for k, v in node.items():  # (a key is a field name: an unknown one is named
+                children.append((v, f"{path}.{k}" if path else k))  # as unknown, later)
             stack.append(iter(children))
         elif isinstance(node, list):
             stack.append(iter([(v, f"{path}[{i}]") for i, v in enumerate(node)]))
@@ -204,12 +202,41 @@ def _encodes(text: str) -> bool:
     return True
 
 
-def _surrogate(path: str, text: str, key: bool = False) -> Diagnostic:
+def _surrogate(path: str, text: str) -> Diagnostic:
     at = next(i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF)
-    what = "key" if key else "string"
     return Diagnostic(
         "error", "invalid_utf8",
-        f"{path}: the {what} holds a lone UTF-16 surrogate (\\u{ord(text[at]):04x} at "
+        f"{path}: the string holds a lone UTF-16 surrogate (\\u{ord(text[at]):04x} at "
         f"character {at}), which is not text; a \\u escape of a surrogate must be one of a "
         "pair that spells one character (\\ud83d\\ude00), or send the character as UTF-8",
         path=path)
+
+
+def undecodable_text_paths(msg: Any) -> list[str]:
+    """Paths of the ``Argument.s`` / ``strings`` values in ``msg`` that are not UTF-8.
+
+    Proto field names, ``[i]`` for list positions (``grad_ops[0].arg[1].s``,
+    ``net.op[2].arg[0].strings[1]``), in field order; on the error path only.
+    """
+    from api_schemas import TEXT_BYTES_FIELDS
+
+    out: list[str] = []
+    stack: list[tuple[Any, str]] = [(msg, "")]
+    while stack:
+        node, path = stack.pop()
+        found: list[tuple[Any, str]] = []
+        for field, value in node.ListFields():
+            here = f"{path}.{field.name}" if path else field.name
+            repeated = field.is_repeated
+            if (node.DESCRIPTOR.full_name, field.name) in TEXT_BYTES_FIELDS:
+                for i, b in enumerate(value if repeated else [value]):
+                    try:
+                        b.decode("utf-8")
+                    except UnicodeDecodeError:
+                        out.append(f"{here}[{i}]" if repeated else here)
+            elif field.message_type is not None and not field.message_type.GetOptions(
+                    ).map_entry:
+                items = list(enumerate(value)) if repeated else [(None, value)]
+                found.extend((v, here if i is None else f"{here}[{i}]") for i, v in items)
+        stack.extend(reversed(found))
+    return out

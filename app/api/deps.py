@@ -167,7 +167,8 @@ async def serve(
         try:
             data, text = await read_body(request, settings.max_body_bytes, media,
                                          message.DESCRIPTOR, watch=gate.watch)
-            body = Body(data, media, accept, accept_type, text)
+            body = Body(data, media, accept, accept_type, text, request.headers.get("accept"),
+                        request.headers.get("content-type"))
             ctx = Context(settings, limits, worker_pool(request))
             if blocking:
                 with request_job_slot(ctx.pool):

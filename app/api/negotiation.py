@@ -53,6 +53,8 @@ class Body:
         accept_type: the exact response Content-Type (echoes ``application/x-protobuf``).
         text: a JSON body, decoded from UTF-8 (its ``data`` is then empty); ``None`` for a
             binary body.
+        accept_header, content_type: the request's ``Accept`` and ``Content-Type``
+            headers, for an answer that cannot be JSON (:func:`protobuf_fallback`).
     """
 
     data: bytes
@@ -60,6 +62,8 @@ class Body:
     accept: Media
     accept_type: str
     text: str | None = None
+    accept_header: str | None = None
+    content_type: str | None = None
 
 
 def _media_type(header: str) -> str:
@@ -119,6 +123,45 @@ def check_content_encoding(encoding: str | None) -> None:
             f"Content-Encoding {encoding!r} is not supported; send identity (an uncompressed "
             "body, no Content-Encoding header)",
         )
+
+
+def protobuf_fallback(accept: str | None, content_type: str | None = None) -> str | None:
+    """The protobuf Content-Type an answer may fall back to when it cannot be JSON.
+
+    Only an ``Accept`` header that names a protobuf type with ``q > 0`` allows it (the
+    request's own protobuf Content-Type, ``content_type``, when it sent one; else the type
+    named). Without ``Accept``, or with ``*/*``, an answer is JSON (the API's default).
+
+    Returns:
+        The Content-Type, or ``None``.
+    """
+    if not accept:
+        return None
+    named = None
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        mt = fields[0].lower()
+        q = 1.0
+        for f in fields[1:]:
+            if f.lower().startswith("q="):
+                try:
+                    q = float(f[2:])
+                except ValueError:
+                    q = 0.0
+        if q > 0 and mt in PROTOBUF_TYPES:
+            named = named or mt
+    if named is None:
+        return None
+    sent = _media_type(content_type) if content_type else None
+    return sent if sent in PROTOBUF_TYPES else named
+
+
+def json_only(accept: str | None) -> bool:
+    """Whether ``accept`` names JSON and nothing else the API could answer in (no ``*/*``)."""
+    if not accept:
+        return False
+    kinds = {p.split(";", 1)[0].strip().lower() for p in accept.split(",")}
+    return not kinds & {"*/*", "application/*"}
 
 
 def response_media(accept: str | None) -> tuple[Media, str]:

@@ -24,7 +24,7 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app import observability
 from app.api import jsonmap
 from app.api.hints import refuse_other_media
-from app.api.negotiation import Body, Media, json_bytes
+from app.api.negotiation import Body, Media, json_bytes, json_only, protobuf_fallback
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
 from core.types import Diagnostic, GradientSlice, GradValue
@@ -419,9 +419,46 @@ def tensor_pb(arr: np.ndarray) -> netgrad_pb2.Tensor:
 
 
 def respond(body: Body, msg: message.Message) -> Response:
-    """``msg`` in the negotiated encoding: binary protobuf, or its JSON form."""
+    """``msg`` in the negotiated encoding: binary protobuf, or its JSON form.
+
+    An answer that cannot be JSON (an ``Argument.s`` of bytes that are not UTF-8, which only
+    a binary or text-format request can send) is binary protobuf instead when the client's
+    ``Accept`` names a protobuf type (:func:`~app.api.negotiation.protobuf_fallback`);
+    otherwise a problem names every such field: a 406 for an ``Accept`` that names JSON
+    only, a 400 for none or ``*/*`` (the default, JSON, was asked for).
+
+    Raises:
+        ProblemError: 406 ``not_acceptable``; DecodeError: 400.
+    """
     observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)
-    return Response(json_bytes(jsonmap.encode(msg), size_hint=msg.ByteSize()),
-                    media_type=Media.JSON.value)
+    try:
+        obj = jsonmap.encode(msg)
+    except DecodeError as exc:
+        fallback = protobuf_fallback(body.accept_header, body.content_type)
+        if fallback is not None:
+            return Response(codec.to_binary(msg), media_type=fallback,
+                            headers={"Vary": "Accept"})
+        raise _not_json(msg, json_only(body.accept_header)) from exc
+    return Response(json_bytes(obj, size_hint=msg.ByteSize()), media_type=Media.JSON.value)
+
+
+def _not_json(msg: message.Message, refused: bool) -> Exception:
+    from app.api.bodypaths import undecodable_text_paths
+    from app.errors import ProblemError
+
+    paths = undecodable_text_paths(msg)
+    shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+    verb = "hold" if len(paths) > 1 else "holds"
+    detail = (f"the answer cannot be JSON: {shown or 'a text field'} {verb} bytes that are not "
+              "UTF-8 (an Argument.s the request sent as bytes), which JSON cannot show as "
+              "text; ask for binary protobuf (Accept: application/x-protobuf or "
+              "application/protobuf)")
+    code = "not_acceptable" if refused else "decode_error"
+    problems = [Diagnostic("error", code, f"{p}: holds bytes that are not UTF-8; ask for "
+                           "Accept: application/x-protobuf (or application/protobuf)", path=p)
+                for p in paths]
+    if not refused:  # (no Accept, or */*: the default, JSON, was asked for)
+        return DecodeError(detail, problems)
+    return ProblemError(406, code, detail, problems)

@@ -144,8 +144,6 @@ def test_bad_json_is_not_taken_for_binary(client: TestClient, body: bytes) -> No
      b'"arg": [{"name": "a", "s": "\\uDC00"}]}]}, "ys": ["y"]}', "net.op[0].arg[0].s"),
     (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},'
      b' "ys": ["y\\ud800"]}', "ys[0]"),
-    (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},'
-     b' "ys": ["y"], "\\ud800": 1}', "\\ud800"),  # (answers escape a lone surrogate)
 ])
 def test_a_lone_surrogate_is_named_where_it_stands(
     client: TestClient, body: bytes, path: str
@@ -162,3 +160,58 @@ def test_a_surrogate_pair_is_one_character(client: TestClient) -> None:
     r = client.post("/v1/gradients/net", content=body, headers=JSON)
     assert r.status_code == 200, r.text
     assert r.json()["grad_map"]["x\U0001f600"] == "x\U0001f600_grad"
+
+
+def _bytes_arg_request() -> bytes:
+    from api_schemas import caffe2_pb2, netgrad_pb2
+
+    req = netgrad_pb2.NetGradientRequest(return_net=True)
+    op = caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"])
+    op.arg.add(name="blob", s=b"\xff\xfe")  # Caffe2's Argument.s is bytes
+    req.net.op.append(op)
+    req.ys.add(blob="y")
+    return req.SerializeToString()
+
+
+@pytest.mark.parametrize(("accept", "answered"), [
+    ("application/json, application/protobuf;q=0.5", "application/x-protobuf"),  # (as sent)
+    ("application/json;q=0.9, application/x-protobuf;q=0.1", "application/x-protobuf"),
+])
+def test_an_answer_that_cannot_be_json_falls_back_to_accepted_protobuf(
+    client: TestClient, accept: str, answered: str
+) -> None:
+    from api_schemas import netgrad_pb2
+
+    headers = {"content-type": "application/x-protobuf", "accept": accept}
+    r = client.post("/v1/gradients/net", content=_bytes_arg_request(), headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == answered and r.headers["vary"] == "Accept"
+    resp = netgrad_pb2.NetGradientResponse.FromString(r.content)
+    assert [op.type for op in resp.grad_ops] == ["ConstantFill", "ReluGradient"]
+    assert resp.grad_ops[1].arg[0].s == b"\xff\xfe"  # Relu's arguments are copied
+    assert resp.net.op[0].arg[0].s == b"\xff\xfe"
+
+
+def test_an_answer_that_cannot_be_json_is_a_406_when_only_json_is_accepted(
+    client: TestClient,
+) -> None:
+    r = client.post("/v1/gradients/net", content=_bytes_arg_request(),
+                    headers={"content-type": "application/x-protobuf",
+                             "accept": "application/json"})
+    problem = assert_problem(r, 406)
+    assert [e["path"] for e in problem["errors"]] == [
+        "grad_ops[1].arg[0].s", "net.op[0].arg[0].s", "net.op[2].arg[0].s"]
+    assert "Accept: application/x-protobuf" in problem["detail"]
+
+
+@pytest.mark.parametrize("accept", [None, "*/*"])
+def test_without_accept_an_answer_that_cannot_be_json_is_a_400_naming_the_fields(
+    client: TestClient, accept: str | None,
+) -> None:
+    headers = {"content-type": "application/x-protobuf"}
+    if accept is not None:
+        headers["accept"] = accept
+    r = client.post("/v1/gradients/net", content=_bytes_arg_request(), headers=headers)
+    problem = assert_problem(r, 400)
+    assert problem["errors"][0]["path"] == "grad_ops[1].arg[0].s"
+    assert "application/protobuf" in problem["detail"]

@@ -110,8 +110,9 @@ def _status(rec: JobRecord, ttl_s: float) -> netgrad_pb2.JobStatus:
 
 
 def _body(request: Request) -> Body:
-    accept, accept_type = response_media(request.headers.get("accept"))
-    return Body(b"", Media.JSON, accept, accept_type)
+    header = request.headers.get("accept")
+    accept, accept_type = response_media(header)
+    return Body(b"", Media.JSON, accept, accept_type, None, header)
 
 
 def _owner() -> str | None:
