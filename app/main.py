@@ -6,7 +6,9 @@ Run with ``netgrad serve`` or ``uvicorn --factory app.main:create_app``.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
+import pkgutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -90,6 +92,34 @@ def _start_pool(settings: Settings) -> Any:
 
 _frozen = False
 
+#: The packages whose every module the server imports at start-up (:func:`import_everything`).
+PACKAGES = ("api_schemas", "core", "app")
+
+
+def import_everything() -> list[str]:
+    """Import every module of netgrad's packages now, not when a request first needs one.
+
+    Many modules are imported inside functions (error paths, hints, optional routes). The
+    README's second command reinstalls netgrad under a running first server; a module first
+    imported after that came from another copy of netgrad or, when pip had removed the old
+    copy, failed to import: the request was answered 500. A module that needs an optional
+    extra that is not installed (``ImportError``) is left out; its route says so itself.
+
+    Returns:
+        The names of the modules left out (sorted).
+    """
+    missing: list[str] = []
+    for pkg in PACKAGES:
+        root = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                missing.append(info.name)
+    if missing:
+        log.debug("modules left out at start-up (optional extras): %s", ", ".join(missing))
+    return sorted(missing)
+
 
 def _freeze_startup_objects() -> None:
     """Move everything alive at the first start-up out of the garbage collector's sight.
@@ -127,9 +157,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Every op module and the control ops register now, not on the first request: a
+        # Every module is imported and every op registers now, not on the first request: a
         # reinstall under a running server (the README's second command) must not turn
         # later requests into import errors.
+        import_everything()
         load_all()
         settings_now = app.dependency_overrides.get(get_settings, get_settings)()
         pool = _start_pool(settings_now)

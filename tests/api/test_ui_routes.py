@@ -99,3 +99,27 @@ def test_page_files_survive_a_reinstall_under_the_running_server(
     for path, words in (("/", "<html"), ("/ui/static/page.js", "fetch(")):
         r = client.get(path)
         assert r.status_code == 200 and words in r.text, path
+
+
+def test_the_server_imports_every_module_at_start_up() -> None:
+    """A reinstall under a running server (the README's second command) removed or replaced
+    modules that were first imported inside a function on a later request: 500s. Every
+    module of netgrad is loaded when the server starts (walkthrough, stop 21)."""
+    import importlib
+    import pkgutil
+    import sys
+
+    from app import main
+
+    # (modules only ever imported inside functions; other tests may have imported them)
+    lazy = ["app.api.bodypaths", "app.api.record_examples"]
+    for name in lazy:
+        sys.modules.pop(name, None)
+    with TestClient(main.create_app(Settings(workers=0))):
+        assert all(name in sys.modules for name in lazy)
+        for pkg in main.PACKAGES:
+            root = importlib.import_module(pkg)
+            names = [i.name for i in pkgutil.walk_packages(root.__path__, pkg + ".")]
+            assert names, pkg
+            missing = [n for n in names if n not in sys.modules]
+            assert missing == [], missing
