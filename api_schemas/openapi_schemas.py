@@ -507,11 +507,19 @@ SCHEMAS: dict[str, Any] = {'BlobReport': {'type': 'object',
                                'atol': {'anyOf': [{'type': 'number', 'format': 'double'},
                                                   {'enum': ['NaN', 'Infinity', '-Infinity']},
                                                   {'type': 'null'}],
-                                        'description': 'Absolute tolerance; default 1e-5.'},
+                                        'description': 'Absolute tolerance; default 1e-5. Finite '
+                                                       'and >= 0; one above the default must '
+                                                       'leave the check able to fail: when every '
+                                                       'compared value would pass as zero too, '
+                                                       'the request is refused '
+                                                       '(tolerance_too_loose). With the default, '
+                                                       'such a check is a warning '
+                                                       '(tolerance_blind).'},
                                'rtol': {'anyOf': [{'type': 'number', 'format': 'double'},
                                                   {'enum': ['NaN', 'Infinity', '-Infinity']},
                                                   {'type': 'null'}],
-                                        'description': 'Relative tolerance; default 1e-3.'}},
+                                        'description': 'Relative tolerance; default 1e-3; in [0, '
+                                                       '1).'}},
                 'additionalProperties': False},
  'VerifyOptions': {'type': 'object',
                    'title': 'VerifyOptions',

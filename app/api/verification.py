@@ -16,6 +16,7 @@ from app.errors import ProblemError
 from core.executor.backends import Cancelled, Progress
 from core.types import Diagnostic, GradValue
 from core.verify import VerifyOptions, VerifyReport, fanout, verify_net
+from core.verify.compare import blind_diagnostic
 from core.verify.init_net import prepare_inputs
 
 
@@ -82,9 +83,10 @@ def run_verification(
         runner=lambda job: fanout.numeric(job, pool, progress=progress, cancelled=cancelled),
     )
     own = [d for d in res.diagnostics if d not in known]
-    verdict = _verdict(res.report)
-    report = report_pb(res.report, [*own, verdict])
-    return Checked(report, list(res.grad_ops), dict(res.grad_map), [*res.diagnostics, verdict])
+    blind = blind_diagnostic(res.report.blobs)
+    verdict = [_verdict(res.report), *([blind] if blind is not None else [])]
+    report = report_pb(res.report, [*own, *verdict])
+    return Checked(report, list(res.grad_ops), dict(res.grad_map), [*res.diagnostics, *verdict])
 
 
 def _verdict(report: VerifyReport) -> Diagnostic:

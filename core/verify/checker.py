@@ -46,6 +46,7 @@ from core.ir.dataflow import written_before_read
 from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 from core.verify.by_design import no_gradient_by_design
+from core.verify.compare import fast_report, full_report
 from core.verify.kinks import KINK_MARGIN, KinkScanner, kink_diagnostics
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
     MODES,
@@ -191,15 +192,6 @@ def _analytic(ws: Workspace, blob: str, g: GradValue, x: np.ndarray) -> np.ndarr
     return a
 
 
-def _errors(a: np.ndarray, n: np.ndarray, atol: float, rtol: float) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray]:
-    abs_err = np.abs(a - n)
-    denom = np.maximum(np.abs(a), np.abs(n))
-    rel = np.divide(abs_err, denom, out=np.zeros_like(abs_err), where=denom > 0)
-    excess = abs_err - (atol + rtol * np.abs(n))
-    return abs_err, rel, excess
-
-
 @dataclass
 class _Prepared:
     """The state every numeric check of a job starts from (see :func:`_prepare`)."""
@@ -339,7 +331,7 @@ def _finish(rep: BlobReport, job: _Job, blob: str, note: str, kink_note: str) ->
     g = job.grad_map.get(blob)
     rep.gradient = ",".join(g) if isinstance(g, GradientSlice) else g
     rep.nondifferentiable = bool(kink_note)
-    notes = [n for n in (note, kink_note if not rep.passed else "") if n]
+    notes = [n for n in (rep.note, note, kink_note if not rep.passed else "") if n]
     rep.note = "; ".join(notes)
     return rep
 
@@ -403,21 +395,6 @@ def full_numeric(x: np.ndarray, loss_at: Any, step: float, lo: int, hi: int) -> 
     return out
 
 
-def full_report(blob: str, x: np.ndarray, a: np.ndarray, numeric: np.ndarray, atol: float,
-                rtol: float) -> BlobReport:
-    """The full-mode report of ``blob`` from its analytic and numeric gradients."""
-    if x.size == 0:
-        return BlobReport(blob, True, 0.0, 0.0, None, None, None, None, 0)
-    num = numeric.reshape(x.shape)
-    abs_err, rel, excess = _errors(a, num, atol, rtol)
-    worst = int(np.argmax(excess))
-    widx = [int(i) for i in np.unravel_index(worst, x.shape)]
-    return BlobReport(
-        blob, bool(np.all(excess <= 0)), float(abs_err.max()), float(rel.max()), widx,
-        float(a.reshape(-1)[worst]), float(num.reshape(-1)[worst]), None, int(x.size),
-    )
-
-
 def _fast(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float,
           opts: VerifyOptions, rng: np.random.Generator) -> BlobReport:
     an: list[float] = []
@@ -431,15 +408,7 @@ def _fast(blob: str, x: np.ndarray, a: np.ndarray, loss_at: Any, step: float,
         # directional derivatives along the step actually taken: <∇L, xp − xm> / 2h
         an.append(float(np.sum(a * (xp.astype(np.float64) - xm))) / (2 * step))
         nu.append((loss_at(xp) - loss_at(xm)) / (2 * step))
-    if x.size == 0:
-        return BlobReport(blob, True, 0.0, 0.0, None, None, None, None, 0)
-    av, nv = np.array(an), np.array(nu)
-    abs_err, rel, excess = _errors(av, nv, opts.atol, opts.rtol)
-    worst = int(np.argmax(excess))
-    return BlobReport(
-        blob, bool(np.all(excess <= 0)), float(abs_err.max()), float(rel.max()), None,
-        an[worst], nu[worst], None, opts.passes,
-    )
+    return fast_report(blob, x.size, an, nu, opts.atol, opts.rtol)
 
 
 def _validate(opts: VerifyOptions) -> None:
