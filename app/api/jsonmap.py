@@ -217,9 +217,13 @@ def _scalars(f: Any, value: list[Any]) -> list[Any] | None:
     cpp = f.cpp_type
     if cpp in _FLOATS and types <= {float, int, bool}:
         try:
-            return list(map(float, value))
+            out = list(map(float, value))
         except OverflowError:
             return None
+        # (a non-finite float came from a bare NaN/Infinity or an overflowing literal)
+        if float in types and not all(map(math.isfinite, out)):
+            return None
+        return out
     if cpp in _INT_RANGES and types == {int}:
         lo, hi = _INT_RANGES[cpp]
         return value if lo <= min(value) and max(value) <= hi else None
@@ -275,9 +279,12 @@ def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
     if cpp in _FLOATS:
         if type(value) in (int, float, bool):  # bools: tensor data of bool tensors (0/1)
             try:
-                return float(value)
+                number = float(value)
             except OverflowError as exc:
                 raise _Invalid("invalid_field", path, "number out of range") from exc
+            if not math.isfinite(number):  # JSON numbers are finite; json.loads is lenient
+                raise _Invalid("invalid_field", path, _NOT_FINITE)
+            return number
         if type(value) is str and value in _NON_FINITE:
             return _NON_FINITE[value]
         raise _Invalid("invalid_field", path,
@@ -287,6 +294,11 @@ def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
             raise _Invalid("invalid_field", path, "must be true or false")
         return value
     return _string(value, path)
+
+
+_NOT_FINITE = (
+    "is not a finite number (a bare NaN or Infinity, or a number beyond the double range "
+    'such as 1e400); send a non-finite value as the string "NaN", "Infinity" or "-Infinity"')
 
 
 def _string(value: Any, path: str) -> str:

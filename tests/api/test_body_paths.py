@@ -215,3 +215,24 @@ def test_without_accept_an_answer_that_cannot_be_json_is_a_400_naming_the_fields
     problem = assert_problem(r, 400)
     assert problem["errors"][0]["path"] == "grad_ops[1].arg[0].s"
     assert "application/protobuf" in problem["detail"]
+
+
+@pytest.mark.parametrize("literal", [b"1e400", b"-1e400", b"NaN", b"Infinity", b"-Infinity"])
+def test_a_number_json_cannot_hold_is_refused_in_tensor_data(
+    client: TestClient, literal: bytes
+) -> None:
+    body = (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "fetch": '
+            b'["y"], "inputs": [{"blob": "x", "tensor": {"shape": [2], "data": [1.5, '
+            + literal + b"]}}]}")
+    problem = assert_problem(client.post("/v1/run", content=body, headers=JSON), 400)
+    err = problem["errors"][0]
+    assert err["path"] == "inputs[0].tensor.data[1]", err
+    assert '"Infinity"' in err["message"]
+
+
+def test_non_finite_tensor_data_as_strings_still_runs(client: TestClient) -> None:
+    req = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "fetch": ["y"],
+           "inputs": [{"blob": "x", "tensor": {"shape": [3], "data": [1.5, "-Infinity", 2]}}]}
+    r = client.post("/v1/run", json=req)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"]["y"]["data"] == [1.5, 0.0, 2.0]
