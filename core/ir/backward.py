@@ -32,6 +32,7 @@ from core.errors import (
     InvalidRequestError,
     NetgradError,
 )
+from core.ir.collisions import check_generated_names
 from core.ir.cow import CopyOnWrite
 from core.ir.env import GenEnv, GenLimits
 from core.ir.generators import GradGen, own
@@ -135,11 +136,13 @@ class BackwardPass(CopyOnWrite):
         self._grad_ops = grad_ops
         input_to_grad: dict[str, GradValue] = {}
         self._input_to_grad = input_to_grad
+        seed_ops = []
         for y, g in ys.items():
             v = self.frontier[y]
             if g is None:
                 seed = make_op("ConstantFill", [y], [y + "_autogen_grad"], [make_arg("value", 1.0)])
                 grad_ops.append(seed)
+                seed_ops.append(seed)
                 g = seed.output[0]
                 gen = GradGen(seed, 0, g, None)
             else:
@@ -187,7 +190,16 @@ class BackwardPass(CopyOnWrite):
                 + first.split("\n", 1)[0]
             )
             raise cls(head, problems)
+        check_generated_names(self.frontier, ys, grad_ops, seed_ops, CONTROL_OP_TYPES,
+                              self._first_touch)
         return grad_ops, self._ordered_map(input_to_grad)
+
+    def _first_touch(self, name: str) -> tuple[int, str, str]:
+        """``(op index, op type, sub-net path)`` of the first op reading or writing ``name``."""
+        idx = next((i for i in range(len(self.ops))
+                    if name in self.op_inputs[i] or name in self.op_outputs[i]), 0)
+        p = self._problem("", "", idx)
+        return idx + self.offset, p.op_type or "", p.path or ""
 
     def entry_map(self) -> dict[str, GradValue]:
         """Gradients of the values the ops find on entry, after :meth:`run` (issue 7, A).
