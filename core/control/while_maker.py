@@ -8,6 +8,8 @@ contribution per iteration, and incoming gradients are never written (issue 7, F
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from api_schemas import caffe2_pb2
 from core.control.renaming import rename_control_output, rename_outer
 from core.control.subnets import (
@@ -42,7 +44,8 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
     forward iteration, popped last first) and whose ``loop_net`` is the body Do's gradient.
 
     Raises:
-        InvalidNetError: the loop body is not a single Do without ``reuse_workspace``.
+        InvalidNetError: the loop body is not a single Do without ``reuse_workspace``; the
+            ``cond_net`` writes a value that has a gradient.
         GradientError: sparse gradients at the boundary; empty seed map.
     """
     op, env = m.op, m.env
@@ -101,6 +104,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         env.counters.clear()
         env.counters.update(counters)
         sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    _refuse_cond_net_values(m, seeds, sub.grad_map)
     cond_name = env.unique_net_name("gradient_loop_cond_net")
     cond_blob = cond_name + "/cond"
     cond_net = NetDef()
@@ -181,3 +185,44 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         blobs=[workspace],
     )
     return [*copies, *init_ops, grad, *after_ops]
+
+
+def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
+                            body_grads: Mapping[str, object]) -> None:
+    """Refuse a ``cond_net`` that computes a value whose gradient is needed.
+
+    Caffe2's gradient While has no gradient of the forward ``cond_net`` (spec §3.5; upstream
+    treats the condition as not differentiable). A blob other than the condition that the
+    ``cond_net`` writes (in the While's workspace, or as a Do's outer output) and that the
+    loop body's gradient differentiates, or that has an incoming gradient, would get a wrong
+    gradient: the part through the ``cond_net`` is dropped and the blob is passed through as
+    if the loop had not written it (adversarial review, stop 21). netgrad refuses it. A
+    counter the ``cond_net`` increments and the body reads only as an index (brew.loop) has
+    no gradient and is not refused.
+
+    Args:
+        seeds: While output -> incoming gradient (``None``: none).
+        body_grads: outer blob -> gradient, from the loop body's gradient.
+
+    Raises:
+        InvalidNetError: code ``unsupported_loop``, naming the blobs.
+    """
+    cond_net = net_argument(m.op, "cond_net")
+    if cond_net is None:
+        return
+    writes: dict[str, None] = {}
+    for cop in cond_net.op:
+        writes.update(dict.fromkeys(cop.output[:-1] if cop.type == "Do" else cop.output))
+    cond = m.op.input[0] if len(m.op.input) else ""
+    bad = [n for n in writes if n != cond
+           and (body_grads.get(n) is not None or seeds.get(n) is not None)]
+    if not bad:
+        return
+    shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    raise invalid_net(
+        m.env, m.op,
+        f"the While's cond_net computes {shown}, which has a gradient (the loop body "
+        "differentiates it, or it is asked for); the gradient While does not differentiate "
+        "the cond_net, so that part of the gradient would be lost. Compute these values in "
+        "loop_net and let the cond_net write only the condition",
+        "unsupported_loop", blobs=bad)
