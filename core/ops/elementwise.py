@@ -420,8 +420,13 @@ def pow_grad(m: GradientMaker) -> list[OperatorDef]:
     has a ``broadcast`` argument). Without a ``broadcast`` argument both inputs must have the
     same shape, as upstream (NumPy-style broadcasting between base and exponent is not reduced).
 
+    In place with an odd integer exponent the base is ``Abs(Y)`` (``X^(e-1)`` is even in X;
+    ``Y^((e-1)/e)`` was NaN for X < 0); an even integer exponent in place loses X's sign,
+    which the gradient needs, and is refused (adversarial review, stop 21).
+
     Raises:
-        GradientError: in-place tensor-exponent Pow, or an in-place exponent with |e| <= 1e-12.
+        GradientError: in-place tensor-exponent Pow, an in-place exponent with
+            |e| <= 1e-12, or an in-place even integer exponent.
     """
     if m.arg("exponent") is not None:
         e = m.arg_f("exponent", 1.0)
@@ -433,13 +438,23 @@ def pow_grad(m: GradientMaker) -> list[OperatorDef]:
                 raise GradientError(
                     f"Pow({x} -> {y}): in-place Pow with exponent {e} has no gradient"
                 )
+            if e == round(e) and round(e) % 2 == 0:
+                raise GradientError(
+                    f"Pow({x} -> {y}) in place with the even exponent {e:g}: the output "
+                    f"loses the sign of {x}, which the gradient needs ({e:g}·x^{e - 1:g} is "
+                    f"odd in x); write the output to a new blob"
+                )
             pow_e, base = (e - 1.0) / e, m.O(0)
         else:
             pow_e, base = e - 1.0, m.I(0)
         dx, dy = m.GI(0), m.GO(0)
         tmp = dx + "_autogen_pow" if dx == dy else dx
+        # An odd integer exponent in place: Y < 0 for X < 0, and Y^((e-1)/e) would be NaN;
+        # X^(e-1) is even in X, so it is |Y|^((e-1)/e) (adversarial review, stop 21).
+        odd = x == y and e == round(e)
         return [
-            m.make_op("Pow", [base], [tmp], [make_arg("exponent", pow_e)]),
+            *([m.make_op("Abs", [base], [tmp])] if odd else []),
+            m.make_op("Pow", [tmp if odd else base], [tmp], [make_arg("exponent", pow_e)]),
             m.make_op("Mul", [tmp, dy], [dx]),
             m.make_op("Scale", [dx], [dx], [make_arg("scale", e)]),
         ]
@@ -627,10 +642,29 @@ def leaky_relu(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     return [np.where(x >= 0, x, x * alpha).astype(x.dtype, copy=False)]
 
 
-# ``LeakyReluGradient([Y, dY] -> [dX])``, ``alpha`` copied.
-leaky_relu_grad = register_gradient("LeakyRelu", op_schema=schema(1, 1, [(0, 0)]))(
-    template("LeakyReluGradient", [O(0), GO(0)], [0])
-)
+@register_gradient("LeakyRelu", op_schema=schema(1, 1, [(0, 0)]))
+def leaky_relu_grad(m: GradientMaker) -> list[OperatorDef]:
+    """``LeakyReluGradient([Y, dY] -> [dX])``, ``alpha`` copied (Caffe2, spec §5.1).
+
+    Corrected behaviour: the kernel takes ``Y > 0`` to mean ``X > 0``, which fails for
+    ``alpha < 0`` (a negative X gives a positive Y; Caffe2's gradient was then ``dY``
+    instead of ``alpha * dY``: adversarial review, stop 21). With ``alpha < 0`` the gradient
+    op reads X instead (the same test on the sign); in place, X is gone, so it is refused.
+
+    Raises:
+        GradientError: in-place LeakyRelu with ``alpha < 0``.
+    """
+    alpha = m.arg_f("alpha", 0.01)
+    if alpha >= 0:
+        return [m.make_op("LeakyReluGradient", [m.O(0), m.GO(0)], [m.GI(0)])]
+    if m.I(0) == m.O(0):
+        raise GradientError(
+            f"LeakyRelu({m.I(0)} -> {m.O(0)}) in place with alpha={alpha:g} < 0: its gradient "
+            "op reads only Y, and a positive Y no longer implies a positive X, so Caffe2's "
+            "LeakyReluGradient would be wrong; write the output to a new blob (or use "
+            "alpha >= 0)"
+        )
+    return [m.make_op("LeakyReluGradient", [m.I(0), m.GO(0)], [m.GI(0)])]
 
 
 @register_kernel("LeakyReluGradient", gradient_op=True)

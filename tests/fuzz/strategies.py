@@ -265,10 +265,20 @@ class _Gen:
             if e not in (2.0, 3.0) and not v.pos:
                 return None
             out = Val(k, pos=v.pos or (e == 2.0 and v.away))
-            # In place, Pow's gradient recovers X from Y = X^e, which needs X > 0.
-            return _Draft("Pow", [x], out, [make_arg("exponent", e)], (0,) if v.pos else ())
+            # In place, Pow's gradient recovers X from Y = X^e: an odd exponent keeps the
+            # sign, other exponents need X > 0, and an even one is refused (stop 21).
+            inplace = (0,) if e == 3.0 or (v.pos and e != 2.0) else ()
+            return _Draft("Pow", [x], out, [make_arg("exponent", e)], inplace)
         if op_type == "Relu":
             return _Draft("Relu", [x], Val(k, small=small)) if v.away else None
+        if op_type == "LeakyRelu":
+            if not v.away:
+                return None
+            # alpha < 0 (a negative X gives a positive Y): the gradient op reads X, and in
+            # place it is refused (stop 21)
+            alpha = self.draw(st.sampled_from([0.01, 0.3, -0.5]))
+            return _Draft("LeakyRelu", [x], Val(k, small=small), [make_arg("alpha", alpha)],
+                          (0,) if alpha >= 0 else ())
         if op_type == "Abs":
             return _Draft("Abs", [x], Val(k, pos=True, away=True, small=small)) if v.away else None
         if op_type == "Transpose" and k == "M":
@@ -286,10 +296,10 @@ class _Gen:
         if family == "unary":
             op_type = self.draw(st.sampled_from([
                 "Tanh", "Scale", "Pow", "Sqrt", "Sigmoid", "Negative", "Copy", "Exp", "Log",
-                "Pow", "Sqrt", "Relu", "Abs", "Transpose", "Softmax",
+                "Pow", "Sqrt", "Relu", "Abs", "Transpose", "Softmax", "LeakyRelu",
             ]))
             need = {"Exp": "small", "Sqrt": "pos", "Log": "pos", "Relu": "away",
-                    "Abs": "away"}.get(op_type, "")
+                    "Abs": "away", "LeakyRelu": "away"}.get(op_type, "")
             kind = "M" if op_type in ("Transpose", "Softmax") else self.kind()
             e = 2.0
             if op_type == "Pow":

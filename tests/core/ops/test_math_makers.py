@@ -174,29 +174,38 @@ def test_pow_scalar_out_of_place() -> None:
 def test_pow_scalar_in_place_uses_output_and_fresh_name() -> None:
     # In place the incoming gradient and dX are both X_grad (spec §3.8 #11): the first op
     # must not overwrite it, so it writes a fresh intermediate.
-    ops, g_in = grad(op("Pow", ["X"], ["X"], exponent=4.0))
+    ops, g_in = grad(op("Pow", ["X"], ["X"], exponent=2.5))
     assert [sig(g) for g in ops] == [
         ("Pow", ["X"], ["X_grad_autogen_pow"]),
         ("Mul", ["X_grad_autogen_pow", "X_grad"], ["X_grad"]),
         ("Scale", ["X_grad"], ["X_grad"]),
     ]
-    assert args_of(ops[0]) == [("exponent", 0.75)]
+    assert args_of(ops[0]) == [("exponent", pytest.approx(0.6))]
     assert g_in == ["X_grad"]
 
 
 def test_pow_scalar_in_place_with_other_gradient_name_keeps_upstream_ops() -> None:
-    ops, _ = grad(op("Pow", ["X"], ["X"], exponent=4.0), ["X_inner_grad"])
+    ops, _ = grad(op("Pow", ["X"], ["X"], exponent=2.5), ["X_inner_grad"])
     assert [sig(g) for g in ops][0] == ("Pow", ["X"], ["X_grad"])
 
 
-def test_pow_scalar_in_place_numbers() -> None:
-    x = np.array([0.5, 1.2, 2.0])
-    dy = np.array([0.3, -1.0, 2.0])
-    ops, _ = grad(op("Pow", ["X"], ["X"], exponent=3.0))
-    ws = {"X": x**3, "X_grad": dy.copy()}
+@pytest.mark.parametrize("e", [3.0, -1.0, 5.0])
+def test_pow_scalar_in_place_numbers(e: float) -> None:
+    # negative X too: an odd exponent keeps the sign, and the gradient reads |Y|
+    x = np.array([0.5, 1.2, 2.0, -0.7, -1.5])
+    dy = np.array([0.3, -1.0, 2.0, 0.8, -0.4])
+    ops, _ = grad(op("Pow", ["X"], ["X"], exponent=e))
+    ws = {"X": x**e, "X_grad": dy.copy()}
     for g in ops:
         run_op(g, ws)
-    np.testing.assert_allclose(ws["X_grad"], 3 * x**2 * dy)
+    np.testing.assert_allclose(ws["X_grad"], e * x ** (e - 1) * dy, rtol=1e-6)
+
+
+@pytest.mark.parametrize("e", [2.0, 4.0, -2.0])
+def test_pow_in_place_even_exponent_is_an_error(e: float) -> None:
+    # Y = X^e loses X's sign, and e·X^(e-1) needs it (it was |X|^(e-1): sign lost)
+    with pytest.raises(GradientError, match="even exponent"):
+        grad(op("Pow", ["X"], ["X"], exponent=e))
 
 
 def test_pow_in_place_zero_exponent_is_an_error() -> None:
