@@ -176,8 +176,10 @@ class ExecContext:
             raise ExecutionError(
                 f"{op.type} kernel returned {len(outs)} outputs for {len(op.output)} output blobs"
             )
-        for name, val in zip(op.output, outs, strict=False):
-            arr = np.asarray(val)
+        arrays = [np.asarray(val) for val in outs[:len(op.output)]]
+        if op.type in _BROADCASTING:
+            _refuse_growing_in_place(op, inputs, arrays)
+        for name, arr in zip(op.output, arrays, strict=False):
             check_elements(arr.size, f"output '{name}' of {op.type}", self.limits)
             ws.set(name, arr)
 
@@ -204,6 +206,34 @@ class ExecContext:
             for d in extra.ints:
                 n *= max(int(d), 0)
         check_elements(n, f"{op.type} of shape {dims}", self.limits)
+
+
+#: Broadcasting elementwise ops whose output may be larger than an input it overwrites.
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def _refuse_growing_in_place(op: OperatorDef, inputs: list[np.ndarray],
+                             outs: list[np.ndarray]) -> None:
+    """Refuse an in-place broadcasting op whose output is not the shape of the input it reuses.
+
+    ``Add(a[3], b[2, 3]) -> a``: Caffe2 resizes ``a``'s tensor to the output shape before
+    reading it (the values are gone), and the gradient, which reduces to ``a``'s shape read
+    from the workspace, would keep the broadcast shape: a gradient of the wrong shape for
+    ``a`` (adversarial review, stop 21).
+
+    Raises:
+        ExecutionError: the output shape differs from the overwritten input's shape.
+    """
+    for k, name in enumerate(op.output):
+        for j, inp in enumerate(op.input):
+            if inp == name and k < len(outs) and outs[k].shape != inputs[j].shape:
+                raise ExecutionError(
+                    f"{op.type} writes '{name}' in place, but its output has shape "
+                    f"{list(outs[k].shape)} and the input '{name}' it overwrites has shape "
+                    f"{list(inputs[j].shape)}: Caffe2 resizes that input before reading it, "
+                    "and its gradient would have the wrong shape; write the output to a new "
+                    "blob"
+                )
 
 
 def validate_net(net: NetDef, prefix: str = "") -> None:
@@ -336,6 +366,9 @@ def execute(
     """
     limits = limits or default_limits()
     ws = Workspace()
-    feed_blobs(ws, feeds, limits)
-    run(net, ws, limits, observer=observer, deadline=deadline)
-    return collect(ws, fetch)
+    try:
+        feed_blobs(ws, feeds, limits)
+        run(net, ws, limits, observer=observer, deadline=deadline)
+        return collect(ws, fetch)
+    finally:
+        ws.release()  # saved sub-workspaces form cycles: free their tensors now
