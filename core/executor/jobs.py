@@ -149,9 +149,12 @@ def run_job(
     net.ParseFromString(net_bytes)
     feeds = materialize_inputs(inputs, 0, limits)
     ws = Workspace()
-    feed_blobs(ws, feeds, limits)
-    run(net, ws, limits)
-    return _fetched(ws, fetch, max_fetch_elements)
+    try:
+        feed_blobs(ws, feeds, limits)
+        run(net, ws, limits)
+        return _fetched(ws, fetch, max_fetch_elements)
+    finally:
+        ws.release()  # saved sub-workspaces form cycles: free their tensors now
 
 
 def run_net(

@@ -8,7 +8,9 @@ server threads or sockets are inherited. Per job:
   worker's own, cooperative check); then it kills the worker, starts a replacement and
   raises :class:`~core.errors.LimitExceededError`;
 * memory - each worker sets ``RLIMIT_AS`` to ``limits.memory_bytes``; a ``MemoryError``
-  becomes :class:`~core.errors.LimitExceededError` and the worker is recycled;
+  becomes :class:`~core.errors.LimitExceededError`; one raised outside the executor recycles
+  the worker (the executor's own, located error leaves it whole: the job's workspaces are
+  released and the worker collects garbage after every job);
 * crash - a worker that dies mid-job (kill -9, the OOM killer) gives
   :class:`~core.errors.WorkerLostError` (a server fault, retryable), and a replacement is
   started;
@@ -23,6 +25,7 @@ This module imports no NumPy at top level, so a worker can configure BLAS thread
 
 from __future__ import annotations
 
+import gc
 import importlib
 import multiprocessing
 import os
@@ -82,6 +85,8 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     except (ImportError, ValueError, OSError):  # pragma: no cover - platform dependent
         pass
+    gc.collect()
+    gc.freeze()  # the start-up objects: never garbage, and never scanned again
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -107,6 +112,12 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
         except BaseException as exc:  # any other failure of the job
             reply = ("error", f"{type(exc).__name__}: {exc}")
         del msg, fn, args
+        if not recycle:
+            # a failed job's traceback holds its frames (and their workspaces) in cycles,
+            # and so do sub-workspaces a job kept: free them before the next job, which gets
+            # the whole memory limit (the start-up objects are frozen, so this costs
+            # microseconds)
+            gc.collect()
         try:
             conn.send(reply)
         except MemoryError:

@@ -123,6 +123,26 @@ class Workspace:
         """``(name, value)`` of every written local blob, in creation order."""
         return [(k, v) for k, v in self._blobs.items() if v is not UNSET]
 
+    def release(self) -> None:
+        """Drop every blob and binding, and those of the saved child workspaces.
+
+        A child workspace forwards names to its parent, whose workspace blob holds the
+        child: a reference cycle, freed only by the cyclic garbage collector. Until then a
+        While's saved iterations kept their tensors alive in a worker after the job ended,
+        and the next, smaller job ran out of memory (adversarial review, stop 21). Arrays
+        already handed out (fetched results) stay valid.
+        """
+        todo: list[Workspace] = [self]
+        while todo:
+            ws = todo.pop()
+            for value in ws._blobs.values():
+                if isinstance(value, WorkspaceStack):
+                    todo.extend(value.workspaces)
+                    value.workspaces = []
+                    value.top = -1
+            ws._blobs = {}
+            ws._forwarded = {}
+
     # -- forwarding ----------------------------------------------------------------
     def add_blob_mapping(
         self, parent: Workspace, bindings: Mapping[str, str], skip_defined: bool = False

@@ -159,6 +159,7 @@ def _loss(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray],
         with np.errstate(invalid="ignore"):
             # weight 0 marks an element non-finite in the unperturbed run: left out (±inf·0)
             total += float(np.sum(np.where(v != 0, v * yv, 0.0)))
+    ws.release()  # one run per perturbation: free saved sub-workspaces (cycles) at once
     return total
 
 

@@ -128,6 +128,75 @@ def test_memory_limit(pool: WorkerPool) -> None:
     assert pool.submit(_allocate, 1000) == 1000.0
 
 
+def _allocating_loop(elements: int, feeds: dict[str, np.ndarray]) -> int:
+    """counter <- 0; while counter < TEN: a Do body fills ``elements`` floats (saved per pass).
+
+    Runs the loop and returns the final counter.
+    """
+    from api_schemas import caffe2_pb2
+    from core.control.lowering import add_while_op
+    from core.registry import make_arg, make_op
+
+    net, body, cond = (caffe2_pb2.NetDef(name=n) for n in ("loop", "body", "cond"))
+    body.op.extend([
+        make_op("ConstantFill", [], ["big"], [make_arg("shape", [elements]),
+                                             make_arg("value", 1.0)]),
+        make_op("Add", ["counter", "ONE"], ["counter"]),
+    ])
+    cond.op.append(make_op("LT", ["counter", "TEN"], ["cond"]))
+    add_while_op(net, "cond", ["cond", "ONE", "TEN", "counter", "big"], body, cond)
+    return int(execute(net, feeds, fetch=["counter"])["counter"])
+
+
+def _fill(elements: int) -> float:
+    from api_schemas import caffe2_pb2
+    from core.registry import make_arg, make_op
+
+    net = caffe2_pb2.NetDef(name="fill")
+    net.op.append(make_op("ConstantFill", [], ["b"], [make_arg("shape", [elements]),
+                                                      make_arg("value", 1.0)]))
+    return float(execute(net, {})["b"][-1])
+
+
+@pytest.mark.parametrize("iterations", [20, 1000])
+def test_a_loop_that_ends_or_runs_out_of_memory_leaves_the_worker_whole(
+        iterations: int) -> None:
+    # A While keeps one saved workspace per iteration, and a child workspace forwards to its
+    # parent: a cycle. The 400 MB of a finished loop (20 iterations), or everything up to the
+    # limit (1000 iterations run out of memory), stayed alive in the worker, and the next
+    # 400 MB job failed with out of memory (adversarial review, stop 21).
+    limits = RunLimits(wall_clock_s=30.0, memory_bytes=1024**3)
+    feeds = {"ONE": np.array(1), "TEN": np.array(iterations), "counter": np.array(0),
+             "big": np.zeros(1, np.float32)}
+    with WorkerPool(1, limits) as p:
+        if iterations < 100:
+            assert p.submit(_allocating_loop, 5_000_000, feeds) == iterations
+        else:
+            with pytest.raises(LimitExceededError) as info:
+                p.submit(_allocating_loop, 5_000_000, feeds)
+            assert info.value.problems[0].code == "memory_exceeded"
+        assert p.submit(_fill, 100_000_000) == 1.0
+
+
+def _garbage_after_loop(feeds: dict[str, np.ndarray]) -> int:
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert _allocating_loop(10, feeds) == int(feeds["TEN"])
+        return gc.collect()
+    finally:
+        gc.enable()
+
+
+def test_a_finished_loop_leaves_no_reference_cycles() -> None:
+    # (151 unreachable objects, each iteration's workspace among them, before the fix)
+    feeds = {"ONE": np.array(1), "TEN": np.array(20), "counter": np.array(0),
+             "big": np.zeros(1, np.float32)}
+    assert _garbage_after_loop(feeds) == 0
+
+
 def test_netgrad_errors_keep_type_and_problems(pool: WorkerPool) -> None:
     from api_schemas import caffe2_pb2
     from core.registry import make_op
