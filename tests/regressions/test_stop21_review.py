@@ -1,0 +1,154 @@
+"""Regressions from stop 21's adversarial review: nets that had a wrong gradient answered 200.
+
+* A forward blob with a name the gradient ops write (``x_grad = Tanh(x)``; an edge detector's
+  ``image_grad``) was overwritten by the gradient of ``x`` before ``TanhGradient`` read it.
+* A caller-given seed named like an internal name (``_a_grad_autosplit_0``) was overwritten
+  before it was read.
+* A While whose ``cond_net`` computes a value the body differentiates lost that part.
+* An in-place Add whose broadcast grows the input it overwrites ran (Caffe2 cannot).
+* LeakyRelu with ``alpha < 0`` (its gradient op tests Y's sign) and in-place Pow with an even
+  exponent (the sign of X is gone) or an odd one (NaN) gave wrong numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from api_schemas import caffe2_pb2
+from core.api import gradient_for_net
+from core.control.lowering import add_while_op
+from core.errors import ExecutionError, GradientError, InvalidNetError
+from core.executor.executor import execute
+from core.registry import make_arg, make_op
+
+
+def _net(*ops: caffe2_pb2.OperatorDef) -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef()
+    net.op.extend(ops)
+    return net
+
+
+def test_a_forward_blob_named_like_a_gradient_is_refused_with_its_op() -> None:
+    net = _net(make_op("Tanh", ["x"], ["x_grad"]), make_op("Relu", ["x_grad"], ["y"]),
+               make_op("Mul", ["x", "y"], ["z"]))
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(net, ["z"])
+    (p,) = info.value.problems
+    assert p.code == "gradient_name_collision"
+    assert (p.op_index, p.op_type, p.blobs) == (0, "Tanh", ("x_grad",))
+    assert "rename the forward blob" in p.message
+
+
+def test_an_edge_detector_blob_named_image_grad_is_refused() -> None:
+    net = _net(make_op("Sigmoid", ["image"], ["s"]), make_op("Sub", ["s", "image"], ["image_grad"]),
+               make_op("Mul", ["image_grad", "s"], ["loss"]))
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(net, ["loss"])
+    assert [p.blobs for p in info.value.problems] == [("image_grad",)]
+    assert info.value.problems[0].op_index == 1
+
+
+def test_a_seed_named_like_an_internal_name_is_refused_at_ys() -> None:
+    # a is read twice: its gradient is summed from _a_grad_autosplit_0 and the other part,
+    # and the seed given for y has the first part's name
+    net = _net(make_op("Relu", ["a"], ["y"]), make_op("Tanh", ["a"], ["t"]),
+               make_op("Mul", ["y", "t"], ["z"]))
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(net, {"z": None, "y": "_a_grad_autosplit_0"})
+    (p,) = info.value.problems
+    assert (p.code, p.path, p.blobs) == ("gradient_name_collision", "ys",
+                                         ("y", "_a_grad_autosplit_0"))
+
+
+def test_a_seed_with_its_own_blobs_gradient_name_is_not_a_clash() -> None:
+    net = _net(make_op("Relu", ["x"], ["x"]), make_op("Tanh", ["y"], ["x"]),
+               make_op("Relu", ["x"], ["y"]))
+    res = gradient_for_net(net, {"y": "y_grad"})
+    assert [op.type for op in res.grad_ops] == ["ReluGradient", "TanhGradient"]
+    assert res.grad_map["y"] == "y_grad"
+
+
+def test_ordinary_names_still_work() -> None:
+    net = _net(make_op("Tanh", ["x"], ["h"]), make_op("Relu", ["h"], ["y"]))
+    res = gradient_for_net(net, {"y": "y_seed"})
+    assert [op.type for op in res.grad_ops] == ["ReluGradient", "TanhGradient"]
+
+
+def _loop(cond_ops: list[caffe2_pb2.OperatorDef],
+          body_ops: list[caffe2_pb2.OperatorDef]) -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef()
+    net.name = "loop"
+    body, cond = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
+    body.name, cond.name = "body", "cond"
+    body.op.extend(body_ops)
+    cond.op.extend(cond_ops)
+    add_while_op(net, "cond", ["cond", "ONE", "TEN", "counter", "out", "x", "t"], body, cond)
+    return net
+
+
+_COUNT = [make_op("Add", ["counter", "ONE"], ["counter"]),
+          make_op("LT", ["counter", "TEN"], ["cond"])]
+
+
+def test_a_cond_net_value_the_body_differentiates_is_refused() -> None:
+    # cond_net computes t = 3x each test; the body adds t: the gradient of x runs
+    # only through the cond_net, which the gradient While does not differentiate
+    net = _loop([*_COUNT, make_op("Scale", ["x"], ["t"], [make_arg("scale", 3.0)])],
+                [make_op("Add", ["out", "t"], ["out"])])
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(net, {"out": "out_grad"})
+    (p,) = info.value.problems
+    assert (p.code, p.op_type, p.blobs) == ("unsupported_loop", "While", ("t",))
+    assert "loop_net" in p.message
+
+
+def test_a_cond_net_counter_the_body_reads_without_gradient_still_works() -> None:
+    # brew.loop: the cond_net increments the counter; the body reads it as a Gather index
+    gather = make_op("Gather", ["x", "counter"], ["t"], [make_arg("dense_gradient", 1)])
+    net = _loop(list(_COUNT), [gather, make_op("Add", ["out", "t"], ["out"])])
+    res = gradient_for_net(net, {"out": "out_grad"})
+    assert "While" in [op.type for op in res.grad_ops]
+    assert res.grad_map.get("counter") is None and res.grad_map.get("x") is not None
+
+
+def _run_gradient(net: caffe2_pb2.NetDef, ys: dict[str, str | None],
+                  feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    res = gradient_for_net(net, ys)
+    full = caffe2_pb2.NetDef()
+    full.CopyFrom(net)
+    full.op.extend(res.grad_ops)
+    out = execute(full, feeds)
+    return {b: out[str(g)] for b, g in res.grad_map.items() if isinstance(g, str) and b in feeds}
+
+
+def test_leaky_relu_with_a_negative_alpha_reads_x() -> None:
+    # alpha < 0: a negative X gives a positive Y; the gradient is alpha·dY there, not dY
+    x = np.array([-2.0, -0.5, 0.5, 3.0])
+    net = _net(make_op("LeakyRelu", ["x"], ["y"], [make_arg("alpha", -0.5)]))
+    (g,) = _run_gradient(net, {"y": None}, {"x": x}).values()
+    np.testing.assert_allclose(g, np.where(x > 0, 1.0, -0.5))
+
+
+def test_leaky_relu_with_a_positive_alpha_keeps_caffe2s_op() -> None:
+    net = _net(make_op("LeakyRelu", ["x"], ["x"], [make_arg("alpha", 0.2)]))
+    res = gradient_for_net(net, {"x": None})
+    assert list(res.grad_ops[-1].input) == ["x", "x_autogen_grad"]  # Y (in place)
+    x = np.array([-2.0, 0.5])
+    (g,) = _run_gradient(net, {"x": None}, {"x": x}).values()
+    np.testing.assert_allclose(g, [0.2, 1.0])
+
+
+def test_leaky_relu_in_place_with_a_negative_alpha_is_refused() -> None:
+    net = _net(make_op("LeakyRelu", ["x"], ["x"], [make_arg("alpha", -0.5)]))
+    with pytest.raises(GradientError, match="new blob"):
+        gradient_for_net(net, {"x": None})
+
+
+def test_an_in_place_add_whose_broadcast_grows_its_input_is_refused() -> None:
+    net = _net(make_op("Add", ["a", "b"], ["a"]))
+    feeds = {"a": np.ones(3), "b": np.ones((2, 3))}
+    with pytest.raises(ExecutionError, match="new blob"):
+        execute(net, feeds)
+    ok = _net(make_op("Add", ["b", "a"], ["b"]))  # the larger input in place: same shape
+    np.testing.assert_allclose(execute(ok, feeds)["b"], np.full((2, 3), 2.0))
