@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
@@ -164,6 +164,12 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
         except _Invalid as bad:
             problems.append(bad.diagnostic)
             continue
+        except DecodeError as bad:  # a Caffe2 message inside: its problems join the others
+            if not problems and _rest_is_clean(obj, key, keys):
+                raise  # the only problem: as the Caffe2 reader worded it
+            problems.extend(bad.problems or [_Invalid("invalid_field", here,
+                                                      bad.message).diagnostic])
+            continue
         target = kwargs if entry.inline_in is None else inlined.setdefault(entry.inline_in, {})
         target[entry.field.name] = converted
     chosen: dict[str, str] = {}
@@ -191,6 +197,16 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
     for name, sub in inlined.items():
         kwargs[name] = _cls(desc.fields_by_name[name].message_type)(**sub)
     return kwargs
+
+
+def _rest_is_clean(obj: dict[str, Any], key: str, keys: Mapping[str, _Field]) -> bool:
+    """Whether every key after ``key`` of ``obj`` is a known field (a cheap look ahead)."""
+    after = False
+    for k in obj:
+        if after and k not in keys:
+            return False
+        after = after or k == key
+    return True
 
 
 def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import cache
 from typing import Any, TypeVar
 
@@ -244,6 +245,12 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             return codec.from_json_obj(value, msg_cls, owned=True,
                                        check_nested=check if may_nest else None)
         except DecodeError as exc:
+            located = [p for p in exc.problems if p.path]
+            if len(located) > 1:  # every unknown key below the field
+                problems = [replace(p, message=f"{path}.{p.message}", path=f"{path}.{p.path}")
+                            for p in located]
+                raise DecodeError(f"{len(problems)} unknown fields; the first: "
+                                  f"{problems[0].message}", problems) from exc
             inner = exc.problems[0] if exc.problems else None
             if inner is not None and inner.path:  # located below the field (unknown key)
                 full = f"{path}.{inner.path}"

@@ -60,7 +60,8 @@ def decode_binary(data: bytes, cls: type[M]) -> Decoded[M]:
 
     Raises:
         DecodeError: malformed or too deeply nested bytes, a string field that is not UTF-8
-            (named), unset required fields (named).
+            (named), unset required fields (named), fields the schema does not define
+            (code ``unknown_field``, each named).
     """
     return stack.call_deep(len(data), _decode, data, cls)
 
@@ -77,10 +78,15 @@ def _decode(data: bytes, cls: type[M]) -> Decoded[M]:
     except message.DecodeError as exc:  # the message parsed: a string is not UTF-8
         _check_utf8(msg)
         raise DecodeError(f"invalid binary {cls.DESCRIPTOR.name}: {exc}") from exc
-    if checker.IsInitialized():
-        return Decoded(msg, nested=False)
-    _check_complete(msg)
-    return Decoded(msg, nested=True)
+    flat = checker.IsInitialized()
+    if not flat:
+        _check_complete(msg)
+    msg.DiscardUnknownFields()  # a canonical encoding without unknown fields keeps its size
+    if msg.ByteSize() != len(data):  # unknown fields, or another valid encoding: look
+        probe = cls()
+        probe.ParseFromString(data)
+        _refuse_unknown(probe)
+    return Decoded(msg, nested=not flat)
 
 
 def from_binary(data: bytes, cls: type[M]) -> M:
@@ -103,6 +109,61 @@ def _check_complete(msg: message.Message) -> None:
         raise DecodeError(
             f"{msg.DESCRIPTOR.name} is missing required fields: {', '.join(missing)}"
         )
+
+
+#: Most unknown fields one problem list names.
+_MAX_UNKNOWN_LISTED = 100
+_WIRE_TYPES = {0: "varint", 1: "64-bit", 2: "length-delimited", 3: "group", 5: "32-bit"}
+
+
+def _refuse_unknown(msg: message.Message) -> None:
+    """Refuse a binary message holding fields its schema does not define, naming each.
+
+    JSON bodies refuse unknown keys; a binary body kept them silently (upb keeps unknown
+    fields; walkthrough, stop 21), so a field of a newer schema, an argument value among
+    them, was dropped without a word. A walk over the message, only when its re-encoded
+    size differs from the body's.
+
+    Raises:
+        DecodeError: code ``unknown_field``, one problem per unknown field number and place
+            (``net.op[3].#103``), at most :data:`_MAX_UNKNOWN_LISTED`.
+    """
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    from core.types import Diagnostic
+
+    problems: list[Diagnostic] = []
+    todo: list[tuple[message.Message, str]] = [(msg, "")]
+    while todo and len(problems) < _MAX_UNKNOWN_LISTED:
+        cur, where = todo.pop(0)
+        seen: set[int] = set()
+        for entry in UnknownFieldSet(cur):  # type: ignore[attr-defined]
+            number = entry.field_number
+            if number in seen:
+                continue
+            seen.add(number)
+            at = f"{where}.#{number}" if where else f"#{number}"
+            kind = _WIRE_TYPES.get(entry.wire_type, f"wire type {entry.wire_type}")
+            fields = ", ".join(f"{f.name} = {f.number}" for f in cur.DESCRIPTOR.fields)
+            problems.append(Diagnostic(
+                "error", "unknown_field",
+                f"{at}: field number {number} ({kind}) is not a field of "
+                f"{cur.DESCRIPTOR.full_name} (its fields: {fields}); the client's .proto "
+                "differs from netgrad's: use api_schemas/netgrad.proto and caffe2.proto",
+                path=at))
+        for field, value in cur.ListFields():
+            if field.message_type is None:
+                continue
+            here = f"{where}.{field.name}" if where else field.name
+            if field.is_repeated:
+                todo.extend((v, f"{here}[{k}]") for k, v in enumerate(value))
+            else:
+                todo.append((value, here))
+    if not problems:  # the same message in another valid encoding (e.g. unpacked scalars)
+        return
+    head = problems[0].message if len(problems) == 1 else (
+        f"{len(problems)} unknown fields; the first: {problems[0].message}")
+    raise DecodeError(head, problems)
 
 
 def _check_utf8(msg: message.Message) -> None:

@@ -18,6 +18,7 @@ import base64
 import difflib
 import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypeVar
 
 from google.protobuf import descriptor, json_format, message, message_factory
@@ -25,6 +26,7 @@ from google.protobuf import descriptor, json_format, message, message_factory
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
 from core.proto import jsonfast
+from core.types import Diagnostic
 
 M = TypeVar("M", bound=message.Message)
 
@@ -120,7 +122,7 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
     except json_format.ParseError as exc:
         unknown = _unknown_field(exc, cls)
         if unknown is not None:
-            raise unknown from exc
+            raise _all_unknown(obj, cls, unknown) from exc
         raise _located(exc, work, cls) from exc
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise _located(exc, work, cls) from exc
@@ -278,6 +280,63 @@ def _unknown_field(exc: Exception, cls: type[message.Message]) -> DecodeError | 
     if fields:
         text += f" (its fields: {', '.join(fields)})"
     return DecodeError.at(text, path=path, code="unknown_field")
+
+
+#: Most keys :func:`_all_unknown` visits (then it reports what it found so far).
+MAX_UNKNOWN_VISITS = 200_000
+#: Most unknown keys one problem list names.
+MAX_UNKNOWN_LISTED = 100
+
+
+def _all_unknown(obj: Any, cls: type[message.Message], first: DecodeError) -> DecodeError:
+    """Every unknown key of ``obj`` (json_format stops at the first), in body order.
+
+    A walk over keys only, on the error path: at most :data:`MAX_UNKNOWN_VISITS` keys and
+    :data:`MAX_UNKNOWN_LISTED` problems. Returns ``first`` when it finds no more than it.
+    """
+    problems: list[Diagnostic] = []
+    visits = [0]
+
+    def walk(value: Any, desc: Any, path: str) -> None:
+        if type(value) is not dict:
+            return
+        by_name = desc.fields_by_name
+        for key, inner in value.items():
+            visits[0] += 1
+            if visits[0] > MAX_UNKNOWN_VISITS or len(problems) >= MAX_UNKNOWN_LISTED:
+                return
+            here = f"{path}.{key}" if path else key
+            f = by_name.get(key) or _by_json_name(desc).get(key)
+            if f is None:
+                fields = [x.name for x in desc.fields]
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                text = f"{here}: unknown field of {desc.full_name}{hint}"
+                if fields:
+                    text += f" (its fields: {', '.join(fields)})"
+                problems.append(Diagnostic("error", "unknown_field", text, path=here))
+                continue
+            if f.message_type is None:
+                continue
+            if f.is_repeated and type(inner) is list:
+                for k, item in enumerate(inner):
+                    walk(item, f.message_type, f"{here}[{k}]")
+            else:
+                walk(inner, f.message_type, here)
+
+    try:
+        walk(obj, cls.DESCRIPTOR, "")
+    except RecursionError:  # (depth is checked before decoding; a locating aid only)
+        return first
+    if len(problems) <= 1:
+        return first
+    return DecodeError(f"{len(problems)} unknown fields; the first: {problems[0].message}",
+                       problems)
+
+
+@cache
+def _by_json_name(desc: Any) -> dict[str, Any]:
+    return {f.json_name: f for f in desc.fields}
 
 
 def _b64_to_text(value: str, where: str) -> str:
