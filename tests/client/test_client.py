@@ -15,7 +15,7 @@ from app.api import docs
 from app.ui.examples import SQUEEZENET_VERIFY, random_init_net, weight_shapes
 from core.proto import codec
 from tests.api.live_server import free_port, live_server
-from tests.client.conftest import CLIENT_SRC  # noqa: F401  (puts the client on sys.path)
+from tests.client.conftest import CLIENT_SRC  # (puts the client on sys.path)
 
 from netgrad import errors  # noqa: E402  isort: skip
 from netgrad.client import AsyncClient, Client, random_input, tensor_input  # noqa: E402  isort: skip
@@ -158,3 +158,38 @@ def test_squeezenet_with_init_net_through_the_client(server_url: str,
                        rtol=sq["rtol"])
     assert [b.blob for b in res.report.blobs] == sq["check"]
     assert res.report.passed
+
+
+_DEEP_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from netgrad.client import Client
+net = json.loads(sys.argv[3])
+with Client(sys.argv[2], encoding="protobuf") as c:
+    res = c.gradients_net(net, ["Z"])
+depth, ops = 0, list(res.grad_ops)
+while ops:  # follow the gradient Do's sub-net down
+    depth += 1
+    nets = [a.n for o in ops for a in o.arg if a.HasField("n")]
+    ops = [o for n in nets for o in n.op]
+print(depth)
+"""
+
+
+def test_a_deep_binary_answer_decodes_without_the_servers_upb_setting(server_url: str) -> None:
+    # A client process that never imports netgrad's server code keeps upb's limit of 100
+    # nested messages (about 33 sub-net levels); the server answers up to 128 levels. The
+    # client asks again for JSON (walkthrough, stop 21: DecodeError at 40 levels).
+    import json
+    import subprocess
+    import sys
+
+    from tests.api.helpers import nested_do_net
+
+    levels = 40
+    run = subprocess.run(
+        [sys.executable, "-c", _DEEP_SCRIPT, str(CLIENT_SRC), server_url,
+         json.dumps(nested_do_net(levels))],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert int(run.stdout.strip()) == levels + 1  # the gradient Do levels, Add's innermost

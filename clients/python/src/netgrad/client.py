@@ -30,10 +30,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from netgrad._json import from_json, to_json
-from netgrad.errors import JobCancelledError, JobTimeoutError, TransportError, error_for
+from netgrad.errors import (
+    JobCancelledError,
+    JobTimeoutError,
+    NetgradError,
+    TransportError,
+    error_for,
+)
 from netgrad.proto import caffe2_pb2, netgrad_pb2
 
 M = TypeVar("M", bound=Message)
@@ -130,7 +136,8 @@ def _add_inputs(field: Any, inputs: Sequence[InputLike]) -> None:
 # -- request builders (shared by both clients) ---------------------------------------------------
 def op_request(op: OpLike, g_output: Sequence[GradientLike]) -> netgrad_pb2.OpGradientRequest:
     """``OpGradientRequest``: one gradient entry per output of ``op``."""
-    req = netgrad_pb2.OpGradientRequest(op=as_message(op, caffe2_pb2.OperatorDef))
+    req = netgrad_pb2.OpGradientRequest()
+    req.op.CopyFrom(as_message(op, caffe2_pb2.OperatorDef))  # (keywords re-parse: depth 100)
     for g in g_output:
         _set_gradient(req.g_output.add(), g)
     return req
@@ -141,7 +148,8 @@ def net_request(net: NetLike, ys: YsLike, *, skip: int = 0, return_net: bool = F
                 densify: bool = False) -> netgrad_pb2.NetGradientRequest:
     """``NetGradientRequest``; ``verify`` (a ``VerifyOptions`` or its JSON dict) also checks it;
     ``densify`` returns sparse gradients as dense blobs."""
-    req = netgrad_pb2.NetGradientRequest(net=as_message(net, caffe2_pb2.NetDef))
+    req = netgrad_pb2.NetGradientRequest()
+    req.net.CopyFrom(as_message(net, caffe2_pb2.NetDef))  # (keywords re-parse: depth 100)
     if densify:
         req.densify = True
     _add_ys(req.ys, ys)
@@ -164,7 +172,8 @@ def verify_request(net: NetLike, ys: YsLike, *, inputs: Sequence[InputLike] = ()
                    grad_ops: Sequence[OpLike] | None = None,
                    recompute: bool = False) -> netgrad_pb2.VerifyRequest:
     """``VerifyRequest``; ``init_net`` writes weights the net reads (run first)."""
-    req = netgrad_pb2.VerifyRequest(net=as_message(net, caffe2_pb2.NetDef))
+    req = netgrad_pb2.VerifyRequest()
+    req.net.CopyFrom(as_message(net, caffe2_pb2.NetDef))
     _add_ys(req.ys, ys)
     _add_inputs(req.verify.inputs, inputs)
     if init_net is not None:
@@ -192,7 +201,8 @@ def run_request(net: NetLike, fetch: Sequence[str], *, inputs: Sequence[InputLik
                 recompute: bool = False, densify: bool = False) -> netgrad_pb2.RunRequest:
     """``RunRequest``; with ``ys`` the gradient ops are appended before running (``densify``
     as for :func:`net_request`)."""
-    req = netgrad_pb2.RunRequest(net=as_message(net, caffe2_pb2.NetDef), fetch=list(fetch))
+    req = netgrad_pb2.RunRequest(fetch=list(fetch))
+    req.net.CopyFrom(as_message(net, caffe2_pb2.NetDef))
     _add_inputs(req.inputs, inputs)
     if init_net is not None:
         req.init_net.CopyFrom(as_message(init_net, caffe2_pb2.NetDef))
@@ -223,10 +233,13 @@ def job_request(req: netgrad_pb2.VerifyRequest | netgrad_pb2.RunRequest | Messag
     if not isinstance(req, Message):
         raise TypeError(f"a job is a VerifyRequest or a RunRequest, not {type(req).__name__}")
     name = req.DESCRIPTOR.full_name
+    job = netgrad_pb2.JobRequest()
     if name == netgrad_pb2.VerifyRequest.DESCRIPTOR.full_name:
-        return netgrad_pb2.JobRequest(verify=as_message(req, netgrad_pb2.VerifyRequest))
+        job.verify.CopyFrom(as_message(req, netgrad_pb2.VerifyRequest))
+        return job
     if name == netgrad_pb2.RunRequest.DESCRIPTOR.full_name:
-        return netgrad_pb2.JobRequest(run=as_message(req, netgrad_pb2.RunRequest))
+        job.run.CopyFrom(as_message(req, netgrad_pb2.RunRequest))
+        return job
     raise TypeError(f"a job is a VerifyRequest or a RunRequest, not {name}")
 
 
@@ -276,6 +289,19 @@ def _retry_after(value: str | None) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
+class _TooDeep(NetgradError):
+    """A binary answer nested deeper than upb parses (the request is re-sent for JSON).
+
+    Raised to the caller only when the JSON answer falls back to binary as well (Argument
+    bytes that are not UTF-8 in an answer nested more than about 33 sub-net levels).
+    """
+
+
+def _json_answer(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` asking for a JSON answer (binary as the fallback the server may need)."""
+    return {**headers, "Accept": f"{JSON}, {PROTOBUF};q=0.1"}
+
+
 class _Base:
     def __init__(self, url: str, encoding: Encoding) -> None:
         if encoding not in ("protobuf", "json"):
@@ -301,7 +327,15 @@ class _Base:
                             _retry_after(r.headers.get("retry-after")), r.text)
         if r.headers.get("content-type", "").split(";")[0].strip() in (
                 PROTOBUF, "application/x-protobuf"):
-            return cls.FromString(r.content)
+            try:
+                return cls.FromString(r.content)
+            except DecodeError as exc:
+                # upb parses at most 100 nested messages (about 33 levels of sub-nets); the
+                # server answers up to its own nesting limit
+                raise _TooDeep(
+                    f"the binary answer could not be decoded ({exc}): protobuf's Python "
+                    "parser follows at most 100 nested messages (about 33 levels of "
+                    "sub-nets)") from exc
         return from_json(r.json(), cls)
 
 
@@ -341,6 +375,10 @@ class Client(_Base):
         content, headers = self._body(req)
         try:
             r = self._http.post(path, content=content, headers=headers)
+            try:
+                return self._answer(r, cls)
+            except _TooDeep:  # the same (pure) request once more, the answer as JSON
+                r = self._http.post(path, content=content, headers=_json_answer(headers))
         except httpx.HTTPError as exc:
             raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
         return self._answer(r, cls)
@@ -473,6 +511,10 @@ class AsyncClient(_Base):
         content, headers = self._body(req)
         try:
             r = await self._http.post(path, content=content, headers=headers)
+            try:
+                return self._answer(r, cls)
+            except _TooDeep:  # the same (pure) request once more, the answer as JSON
+                r = await self._http.post(path, content=content, headers=_json_answer(headers))
         except httpx.HTTPError as exc:
             raise TransportError(f"cannot reach {self.url}{path}: {exc}") from exc
         return self._answer(r, cls)
