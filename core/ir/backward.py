@@ -32,7 +32,7 @@ from core.errors import (
     InvalidRequestError,
     NetgradError,
 )
-from core.ir.collisions import check_generated_names
+from core.ir import collisions
 from core.ir.cow import CopyOnWrite
 from core.ir.env import GenEnv, GenLimits
 from core.ir.generators import GradGen, own
@@ -165,8 +165,12 @@ class BackwardPass(CopyOnWrite):
         problems: list[Diagnostic] = []
         error_types: list[type[NetgradError]] = []
         blind_writers = self.blind_writers
+        undeclared = self.undeclared_writes
         for idx in range(n - 1, -1, -1):
             try:
+                if idx in undeclared:
+                    collisions.refuse_hidden_writes(self.ops, self.op_outputs, idx,
+                                                    undeclared[idx], input_to_grad, self._problem)
                 self._gradients_for_op(idx, input_to_grad, grad_ops)
             except NetgradError as exc:
                 problems.extend(self._locate(exc, idx))
@@ -190,8 +194,8 @@ class BackwardPass(CopyOnWrite):
                 + first.split("\n", 1)[0]
             )
             raise cls(head, problems)
-        check_generated_names(self.frontier, ys, grad_ops, seed_ops, CONTROL_OP_TYPES,
-                              self._first_touch)
+        collisions.check_generated_names(self.frontier, ys, grad_ops, seed_ops,
+                                         CONTROL_OP_TYPES, self._first_touch)
         return grad_ops, self._ordered_map(input_to_grad)
 
     def _first_touch(self, name: str) -> tuple[int, str, str]:
@@ -324,6 +328,8 @@ class BackwardPass(CopyOnWrite):
             g_output = [input_to_grad.get(o) for o in outputs]
             if g_output.count(None) == len(g_output) and op_type != "ZeroGradient":
                 return
+            if len(set(outputs)) < len(outputs) and op_type not in CONTROL_OP_TYPES:
+                collisions.refuse_duplicate_outputs(op_type, outputs)
         env = self.env
         env.op_index = idx + self.offset
         inputs = self.op_inputs[idx]

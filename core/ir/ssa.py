@@ -189,8 +189,11 @@ class ForwardSSA:
 
         Sub-nets that are not wrapped in a ``Do`` run in the outer workspace (the Mask
         R-CNN2Go ``If``, control-flow-cases §1). Caffe2's SSA does not see those writes, so
-        no gradient flows through them; netgrad does the same and says so.
+        no gradient flows through them; netgrad does the same and says so. The names are
+        kept in :attr:`undeclared_writes` (op index -> blobs) for the backward pass, which
+        refuses a gradient they would make wrong.
         """
+        self.undeclared_writes: dict[int, list[str]] = {}
         for idx, op_type in enumerate(self.op_types):
             if op_type not in ("If", "While"):
                 continue
@@ -202,6 +205,7 @@ class ForwardSSA:
                     _direct_writes(arg.n, undeclared)
             names = [n for n in undeclared if n not in declared]
             if names:
+                self.undeclared_writes[idx] = names
                 shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
                 self.env.warn(
                     "undeclared_branch_write",

@@ -16,6 +16,7 @@ side, each with the maths in a comment. Semantics follow the newest Caffe2 revis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -431,6 +432,10 @@ def pow_grad(m: GradientMaker) -> list[OperatorDef]:
     if m.arg("exponent") is not None:
         e = m.arg_f("exponent", 1.0)
         x, y = m.input_names[0], m.O(0)
+        if not math.isfinite(e):  # (round(inf) raised: a 500, adversarial review)
+            raise GradientError(
+                f"Pow({x} -> {y}) with exponent {e}: a non-finite exponent has no usable "
+                "gradient (e·x^(e-1) is infinite or NaN); use a finite exponent")
         if x == y:
             # In place: the input value is gone, so the gradient uses the output,
             # X^(e-1) = Y^((e-1)/e) (spec §2.9); it reads the output version.

@@ -112,7 +112,8 @@ def seed_names(
     """Explicit seed gradient name of each ``y``: the given one, else ``<y>_grad`` if free.
 
     Raises:
-        InvalidRequestError: ``ys`` is empty, a string, or gives a sparse seed.
+        InvalidRequestError: ``ys`` is empty, a string, gives a sparse seed, or gives one
+            seed name for two blobs (code ``shared_seed``).
     """
     if isinstance(ys, str | bytes):
         raise InvalidRequestError("ys should be a list of blob names or a map blob -> gradient")
@@ -133,6 +134,14 @@ def seed_names(
         if isinstance(g, GradientSlice):
             raise InvalidRequestError.at(
                 f"y '{y}': a sparse seed gradient cannot be verified", path="ys", blobs=[y])
+        if isinstance(g, str) and g in seeds.values():
+            other = next(k for k, v in seeds.items() if v == g)
+            # verification feeds each y's seed its own random weights; one blob cannot hold
+            # two (the check failed a correct gradient: adversarial review, stop 21)
+            raise InvalidRequestError.at(
+                f"the seed gradient '{g}' is given for both '{other}' and '{y}'; to verify, "
+                "give each y its own seed name (or null to let netgrad seed it)",
+                path="ys", blobs=[other, y, g], code="shared_seed")
         name = g if isinstance(g, str) else _free_name(f"{y}_grad", taken)
         taken.add(name)
         seeds[y] = name

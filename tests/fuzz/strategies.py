@@ -383,6 +383,14 @@ class _Gen:
             out = self.draw(st.sampled_from(over))
         else:
             out = self.fresh("v")
+            if self.draw(st.integers(0, 24)) == 0:
+                # now and then a name the gradient ops write: <blob>_grad of an earlier blob
+                # (refused as gradient_name_collision, or harmless; stop 21)
+                named = [n for n in self.vals if not n.endswith("_grad")]
+                if named:
+                    grad_like = self.draw(st.sampled_from(named)) + "_grad"
+                    if grad_like not in self.vals:
+                        out = grad_like
             self.vals[out] = replace(d.out, level=b.loops)
             b.visible[out] = None
         b.net.op.append(make_op(d.type, d.inputs, [out], d.args))

@@ -18,7 +18,7 @@ import pytest
 from api_schemas import caffe2_pb2
 from core.api import gradient_for_net
 from core.control.lowering import add_while_op
-from core.errors import ExecutionError, GradientError, InvalidNetError
+from core.errors import ExecutionError, GradientError, InvalidNetError, InvalidRequestError
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
 
@@ -152,3 +152,48 @@ def test_an_in_place_add_whose_broadcast_grows_its_input_is_refused() -> None:
         execute(net, feeds)
     ok = _net(make_op("Add", ["b", "a"], ["b"]))  # the larger input in place: same shape
     np.testing.assert_allclose(execute(ok, feeds)["b"], np.full((2, 3), 2.0))
+
+
+@pytest.mark.parametrize(("op_type", "outs", "args"), [
+    ("Split", ["a", "a"], [make_arg("axis", 0)]),
+    ("Dropout", ["a", "a"], [make_arg("ratio", 0.5)]),
+])
+def test_an_op_listing_one_output_twice_is_refused(
+        op_type: str, outs: list[str], args: list[caffe2_pb2.Argument]) -> None:
+    # Split(x) -> [a, a]: a = x[2:] after the run, yet each slot got a's gradient (all ones)
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(_net(make_op(op_type, ["x"], outs, args)), ["a"])
+    (p,) = info.value.problems
+    assert (p.code, p.op_index, p.op_type, p.blobs) == ("duplicate_output", 0, op_type, ("a",))
+
+
+def test_an_if_writing_an_undeclared_blob_with_a_gradient_is_refused() -> None:
+    then = caffe2_pb2.NetDef(name="then")
+    then.op.append(make_op("Mul", ["x", "x"], ["z"]))
+    net = _net(make_op("Scale", ["x"], ["z"], [make_arg("scale", 1.0)]),
+               make_op("If", ["c", "x"], [], [make_arg("then_net", then)]))
+    with pytest.raises(InvalidNetError) as info:
+        gradient_for_net(net, ["z"])  # dz/dx was answered 1 (Scale's), for z = x·x
+    (p,) = info.value.problems
+    assert (p.code, p.op_index, p.op_type, p.blobs) == ("undeclared_branch_write", 1, "If",
+                                                        ("z",))
+    assert "Declare it as an output" in p.message
+
+
+def test_a_non_finite_pow_exponent_is_a_gradient_error_not_a_500() -> None:
+    for e in (float("inf"), float("-inf"), float("nan")):
+        for outs in (["x"], ["y"]):
+            net = _net(make_op("Pow", ["x"], outs, [make_arg("exponent", e)]))
+            with pytest.raises(GradientError, match="finite exponent"):
+                gradient_for_net(net, outs)
+
+
+def test_verify_refuses_one_seed_name_for_two_ys() -> None:
+    from core.verify.checker import seed_names
+
+    net = _net(make_op("Tanh", ["x"], ["y"]), make_op("Sigmoid", ["x"], ["z"]))
+    with pytest.raises(InvalidRequestError) as info:
+        seed_names(net, {"y": "g", "z": "g"})
+    (p,) = info.value.problems
+    assert (p.code, p.path, p.blobs) == ("shared_seed", "ys", ("y", "z", "g"))
+    assert seed_names(net, {"y": "g", "z": None}) == {"y": "g", "z": "z_grad"}
