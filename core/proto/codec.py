@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from google.protobuf import message, text_format
 
-from core.errors import DecodeError
+from core.errors import DecodeError, LimitExceededError
 from core.proto import jsonmap, stack, twin
 
 M = TypeVar("M", bound=message.Message)
@@ -142,8 +142,18 @@ def _refuse_unknown(msg: message.Message) -> None:
             if number in seen:
                 continue
             seen.add(number)
-            at = f"{where}.#{number}" if where else f"#{number}"
             kind = _WIRE_TYPES.get(entry.wire_type, f"wire type {entry.wire_type}")
+            known = cur.DESCRIPTOR.fields_by_number.get(number)
+            if known is not None:  # upb keeps a field of the wrong wire type as unknown
+                at = f"{where}.{known.name}" if where else known.name
+                problems.append(Diagnostic(
+                    "error", "invalid_field",
+                    f"{at}: field {number} of {cur.DESCRIPTOR.full_name} is sent as "
+                    f"{kind}, which is not its wire type, so it would be ignored; the "
+                    "client's .proto differs from netgrad's: use api_schemas/netgrad.proto "
+                    "and caffe2.proto", path=at))
+                continue
+            at = f"{where}.#{number}" if where else f"#{number}"
             fields = ", ".join(f"{f.name} = {f.number}" for f in cur.DESCRIPTOR.fields)
             problems.append(Diagnostic(
                 "error", "unknown_field",
@@ -162,7 +172,8 @@ def _refuse_unknown(msg: message.Message) -> None:
     if not problems:  # the same message in another valid encoding (e.g. unpacked scalars)
         return
     head = problems[0].message if len(problems) == 1 else (
-        f"{len(problems)} unknown fields; the first: {problems[0].message}")
+        f"{len(problems)} fields the schema does not define; the first: "
+        f"{problems[0].message}")
     raise DecodeError(head, problems)
 
 
@@ -208,11 +219,34 @@ def from_text(text: str, cls: type[M]) -> M:
     try:
         text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
     except text_format.ParseError as exc:
-        raise DecodeError(f"invalid text-format {cls.DESCRIPTOR.name}: {exc}") from exc
+        raise _text_problem(exc, cls) from exc
     except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
-        raise DecodeError(f"text-format {cls.DESCRIPTOR.name} is nested too deeply") from exc
+        raise LimitExceededError.at(
+            f"text-format {cls.DESCRIPTOR.name} is nested too deeply for the text parser "
+            "(about 1,000 levels); send it as binary protobuf", code="nesting_too_deep"
+        ) from exc
     _check_complete(msg)
     return msg
+
+
+#: Longest parser message a text-format problem repeats (the parser quotes whole tokens:
+#: a 64 MiB line came back twice in a 147 MB answer; walkthrough, stop 21).
+MAX_TEXT_ERROR_CHARS = 300
+_NO_FIELD = re.compile(r'Message type "?(?P<type>[\w.]+)"? has no field named "?(?P<name>\w+)"?')
+
+
+def _text_problem(exc: text_format.ParseError, cls: type[message.Message]) -> DecodeError:
+    """A text-format parse error as a short problem: the parser's ``line:column`` and reason
+    (cut to :data:`MAX_TEXT_ERROR_CHARS`), code ``unknown_field`` for an unknown name."""
+    text = str(exc)
+    if len(text) > MAX_TEXT_ERROR_CHARS:
+        text = text[:MAX_TEXT_ERROR_CHARS] + f"... ({len(text):,} characters in all)"
+    found = _NO_FIELD.search(text)
+    code = "unknown_field" if found else "invalid_field"
+    msg = f"invalid text-format {cls.DESCRIPTOR.name}: {text}"
+    if found:
+        msg += f" (a field of {found['type']} is misspelt, or the client's schema differs)"
+    return DecodeError.at(msg, code=code)  # (the parser names line:column, not a field path)
 
 
 def to_text(msg: message.Message) -> str:

@@ -296,3 +296,42 @@ def test_a_binary_body_in_another_valid_encoding_is_accepted(client: TestClient)
     assert netgrad_pb2.NetGradientRequest.FromString(data).ByteSize() < len(data)
     r = client.post("/v1/gradients/net", content=data, headers={"Content-Type": PB})
     assert r.status_code == 200, r.text
+
+
+def test_a_binary_field_of_the_wrong_wire_type_is_named(client: TestClient) -> None:
+    # return_net (a bool) sent length-delimited: upb kept it as unknown, the answer had no net
+    req = netgrad_pb2.NetGradientRequest()
+    req.net.op.add(type="Relu", input=["x"], output=["y"])
+    req.ys.add(blob="y")
+    r = client.post("/v1/gradients/net", content=req.SerializeToString() + b"\x22\x01\x01",
+                    headers={"Content-Type": PB})
+    body = assert_problem(r, 400, "decode_error")
+    assert [(e["code"], e["path"]) for e in body["errors"]] == [("invalid_field", "return_net")]
+    assert "wire type" in body["detail"]
+
+
+TEXT = "text/x-protobuf"
+
+
+def test_a_text_format_error_is_short_and_coded(client: TestClient) -> None:
+    # the parser quotes the whole token: a long one came back twice, whole
+    body = 'net { op { type: "Relu" input: "x" output: "y" } } ys { blob: "y" } skip: "'
+    r = client.post("/v1/gradients/net", content=body + "0" * 200_000 + '"',
+                    headers={"Content-Type": TEXT})
+    problem = assert_problem(r, 400, "decode_error")
+    assert len(r.content) < 4000 and "characters in all" in problem["detail"]
+    r = client.post("/v1/gradients/net", headers={"Content-Type": TEXT},
+                    content='net { op { type: "Relu" inputs: "x" } } ys { blob: "y" }')
+    problem = assert_problem(r, 400, "decode_error")
+    assert problem["errors"][0]["code"] == "unknown_field" and "inputs" in problem["detail"]
+
+
+def test_text_format_nested_beyond_the_parser_is_a_422_like_the_other_encodings(
+        client: TestClient) -> None:
+    levels = 1500
+    net = 'op { type: "Do" arg { name: "net" n { ' * levels + "} } }" * levels
+    r = client.post("/v1/gradients/net", content=f'net {{ {net} }} ys {{ blob: "y" }}',
+                    headers={"Content-Type": TEXT})
+    problem = assert_problem(r, 422)
+    assert "nested too deeply" in problem["detail"]
+    still_serving(client)
