@@ -174,7 +174,7 @@ def response_media(accept: str | None) -> tuple[Media, str]:
     """
     if not accept or not accept.strip():
         return Media.JSON, Media.JSON.value
-    best: tuple[float, int, Media, str] | None = None
+    named: dict[str, float] = {}  # media range -> q (the first mention of each counts)
     for part in accept.split(","):
         fields = [f.strip() for f in part.split(";")]
         mt = fields[0].lower()
@@ -185,15 +185,23 @@ def response_media(accept: str | None) -> tuple[Media, str]:
                     q = float(f[2:])
                 except ValueError:
                     q = 0.0
-        if q <= 0:
-            continue
-        if mt in JSON_TYPES or mt in ("*/*", "application/*"):
-            cand = (q, 1, Media.JSON, Media.JSON.value)
-        elif mt in PROTOBUF_TYPES:
-            cand = (q, 0, Media.PROTOBUF, mt)
-        else:
-            continue
-        if best is None or cand[:2] > best[:2]:
+        named.setdefault(mt, q)
+
+    def quality(mt: str) -> float:
+        # the most specific range decides (RFC 9110 §12.5.1): application/json;q=0 excludes
+        # JSON even when */* is acceptable
+        for rng in (mt, "application/*", "*/*"):
+            if rng in named:
+                return named[rng]
+        return 0.0
+
+    best: tuple[float, int, Media, str] | None = None
+    cands = [(quality(Media.JSON.value), 1, Media.JSON, Media.JSON.value)]
+    explicit = [t for t in PROTOBUF_TYPES if t in named]
+    for t in explicit or [Media.PROTOBUF.value]:
+        cands.append((quality(t), 0, Media.PROTOBUF, t))
+    for cand in cands:
+        if cand[0] > 0 and (best is None or cand[:2] > best[:2]):
             best = cand
     if best is None:
         raise ProblemError(

@@ -123,3 +123,12 @@ def test_json_in_another_charset_is_415(client: TestClient) -> None:
     ok = client.post("/v1/gradients/op", content=json.dumps(do_request()),
                      headers={"Content-Type": "application/json; charset=UTF-8"})
     assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(("accept", "expected"), [
+    ("application/json;q=0, */*;q=0.1", "application/protobuf"),  # walkthrough: was JSON
+    ("application/x-protobuf;q=0, */*", "application/json"),
+    ("*/*;q=0.5, application/json;q=0.4, application/protobuf", "application/protobuf"),
+])
+def test_the_most_specific_media_range_decides(accept: str, expected: str) -> None:
+    assert response_media(accept)[1] == expected
