@@ -405,7 +405,7 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
     if (p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type
             and route in NET_ROUTES):  # (/v1/gradients/op has neither `ys` nor `skip`)
         return PARTIAL_HINT
-    if p.code == "unknown_ys_blob":
+    if p.code == "unknown_ys_blob" and p.message.endswith("'"):  # (core gave no reason)
         return UNKNOWN_YS_HINT
     return None
 

@@ -512,12 +512,12 @@ def net_gradient(
     try:
         bp = BackwardPass(ops, env, skip)
     except NetgradError:
-        outputs = {name for op in ops for name in op.output}
-        check_ys_written(seeds, outputs.__contains__)
+        check_ys_written(seeds, {name for op in ops for name in op.output}.__contains__,
+                         net.op, skip)
         raise
     # Some op writes a name iff its first appearance is a write or it has a later version.
-    frontier, first_written = bp.frontier, bp.first_written
-    check_ys_written(seeds, lambda y: y in first_written or frontier.get(y, 0) > 0)
+    frontier, first = bp.frontier, bp.first_written
+    check_ys_written(seeds, lambda y: y in first or frontier.get(y, 0) > 0, net.op, skip)
     check_seed_names(seeds, frontier)  # the frontier holds every name an op reads or writes
     grad_ops, grad_map = bp.run(seeds)
     out_net = None

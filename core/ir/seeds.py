@@ -8,7 +8,9 @@ generation would overwrite (upstream accepted them and answered wrong gradients)
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Container, Mapping, Sequence
+from typing import Any
 
 from core.errors import InvalidRequestError
 from core.types import Diagnostic, GradValue, grad_names
@@ -27,21 +29,50 @@ def seed_map(ys: Sequence[str] | Mapping[str, GradValue]) -> dict[str, GradValue
     return {str(y): None for y in ys}
 
 
-def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bool]) -> None:
+def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bool],
+                     net_ops: Sequence[Any] = (), skip: int = 0) -> None:
     """Raise InvalidRequestError when a ``ys`` blob is an output of none of the ops.
 
-    ``written(name)`` tells whether some op writes blob ``name``.
+    ``written(name)`` tells whether some op writes blob ``name``; with the whole net's ops
+    (``net_ops``, before ``skip`` is applied) each problem says why and what to do (a
+    skipped writer, a net input, a near name).
     """
     missing = [y for y in seeds if not written(y)]
+    explain = explain_unwritten(net_ops, skip) if net_ops else None
     if missing:
+        why = explain(missing[0]) if explain and len(missing) == 1 else ""
         raise InvalidRequestError(
-            f"ys names blobs that no op writes: {', '.join(repr(y) for y in missing)}",
+            f"ys names blobs that no op writes: {', '.join(repr(y) for y in missing)}{why}",
             [
-                Diagnostic("error", "unknown_ys_blob", f"no op writes blob '{y}'", path="ys",
-                           blobs=(y,))
+                Diagnostic("error", "unknown_ys_blob",
+                           f"no op writes blob '{y}'" + (explain(y) if explain else ""),
+                           path="ys", blobs=(y,))
                 for y in missing
             ],
         )
+
+
+def explain_unwritten(net_ops: Sequence[Any], skip: int) -> Callable[[str], str]:
+    """``explain`` for :func:`check_ys_written`: why ``name`` has no writer among
+    ``net_ops[skip:]`` (the whole net's ops, before ``skip`` is applied) and what to do."""
+
+    def explain(name: str) -> str:
+        skipped = next((i for i in range(min(skip, len(net_ops)))
+                        if name in net_ops[i].output), None)
+        if skipped is not None:
+            return (f" among the ops differentiated: op[{skipped}]:{net_ops[skipped].type} "
+                    f"writes it, and skip={skip} leaves out the first {skip} op(s); lower skip")
+        written = list(dict.fromkeys(o for op in net_ops[skip:] for o in op.output))
+        if any(name in op.input for op in net_ops[skip:]):
+            return (" (it is an input the ops read); ys names outputs, the blobs whose "
+                    "gradient seeds the backward pass, e.g. the loss")
+        close = difflib.get_close_matches(name, written, n=1)
+        if close:
+            return f"; did you mean '{close[0]}'?"
+        shown = ", ".join(f"'{w}'" for w in written[-5:])
+        return f"; the net's last outputs are {shown}" if shown else ""
+
+    return explain
 
 
 def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> None:

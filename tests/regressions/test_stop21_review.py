@@ -197,3 +197,17 @@ def test_verify_refuses_one_seed_name_for_two_ys() -> None:
     (p,) = info.value.problems
     assert (p.code, p.path, p.blobs) == ("shared_seed", "ys", ("y", "z", "g"))
     assert seed_names(net, {"y": "g", "z": None}) == {"y": "g", "z": "z_grad"}
+
+
+@pytest.mark.parametrize(("ys", "skip", "says"), [
+    (["y"], 1, "op[0]:Relu writes it, and skip=1 leaves out the first 1 op(s)"),
+    (["x"], 0, "it is an input the ops read"),
+    (["porb"], 0, "did you mean 'prob'?"),
+    (["zzz"], 0, "the net's last outputs are 'y', 'prob'"),
+])
+def test_a_ys_blob_no_op_writes_says_why(ys: list[str], skip: int, says: str) -> None:
+    net = _net(make_op("Relu", ["x"], ["y"]), make_op("Softmax", ["y"], ["prob"]))
+    with pytest.raises(InvalidRequestError) as info:
+        gradient_for_net(net, ys, skip)
+    (p,) = info.value.problems
+    assert p.code == "unknown_ys_blob" and says in p.message and says in info.value.message
