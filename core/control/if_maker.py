@@ -21,7 +21,7 @@ from core.control.subnets import (
     put_net,
     subnet_gradient,
 )
-from core.errors import GradientError
+from core.errors import GradientError, NetgradError
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
 from core.types import GradValue
 
@@ -47,8 +47,23 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
             env, op, "Expected then subnet in If op (argument then_net)", "invalid_if"
         )
     else_net = net_argument(op, "else_net")
-    then_g = subnet_gradient(op, then_net, seeds, env, "then_net")
-    else_g = subnet_gradient(op, else_net, seeds, env, "else_net") if else_net else None
+    failed: list[NetgradError] = []  # both branches are differentiated: every problem at once
+    try:
+        then_g = subnet_gradient(op, then_net, seeds, env, "then_net")
+    except NetgradError as exc:
+        failed.append(exc)
+    try:
+        else_g = subnet_gradient(op, else_net, seeds, env, "else_net") if else_net else None
+    except NetgradError as exc:
+        failed.append(exc)
+    if failed:
+        if len(failed) == 1:
+            raise failed[0]
+        first, second = failed
+        cls = type(first) if type(first) is type(second) else GradientError
+        problems = [*first.problems, *second.problems]
+        raise cls(f"{len(problems)} problems in both branches of the If; the first: "
+                  + first.message.split("\n", 1)[0], problems) from first
     # A missing else branch leaves every blob as it is: its gradient map is the identity
     # on the incoming gradients.
     dense_seeds = {b: g for b, g in seeds.items() if isinstance(g, str)}

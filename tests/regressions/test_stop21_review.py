@@ -18,7 +18,13 @@ import pytest
 from api_schemas import caffe2_pb2
 from core.api import gradient_for_net
 from core.control.lowering import add_while_op
-from core.errors import ExecutionError, GradientError, InvalidNetError, InvalidRequestError
+from core.errors import (
+    ExecutionError,
+    GradientError,
+    InvalidNetError,
+    InvalidRequestError,
+    NetgradError,
+)
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
 
@@ -211,3 +217,17 @@ def test_a_ys_blob_no_op_writes_says_why(ys: list[str], skip: int, says: str) ->
         gradient_for_net(net, ys, skip)
     (p,) = info.value.problems
     assert p.code == "unknown_ys_blob" and says in p.message and says in info.value.message
+
+
+def test_problems_in_both_branches_of_an_if_are_all_named() -> None:
+    then, other = caffe2_pb2.NetDef(name="then"), caffe2_pb2.NetDef(name="else")
+    then.op.append(make_op("Tanhh", ["x"], ["x"]))
+    other.op.append(make_op("Sigmoidd", ["x"], ["x"]))
+    net = _net(make_op("If", ["c", "x"], ["x"], [make_arg("then_net", then),
+                                                 make_arg("else_net", other)]),
+               make_op("Relu", ["x"], ["y"]))
+    with pytest.raises(NetgradError) as info:
+        gradient_for_net(net, ["y"])
+    assert [(p.op_type, p.path) for p in info.value.problems] == [
+        ("Tanhh", "op[0]:If/then_net/op[0]:Tanhh"),
+        ("Sigmoidd", "op[0]:If/else_net/op[0]:Sigmoidd")]
