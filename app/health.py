@@ -64,6 +64,10 @@ async def livez(request: Request) -> Response:
     return _health("ok", int(getattr(pool, "size", 0) or 0) if pool is not None else 0)
 
 
+# HEAD of the probes (load balancers and uptime checkers send it): the GET answer's headers.
+router.add_api_route("/livez", livez, methods=["HEAD"], include_in_schema=False)
+
+
 _NOT_READY = {"description": "Not ready (the reason in `detail`); retry after `Retry-After`",
               "content": {"application/problem+json": {"schema": {"$ref": docs.SCHEMA_PREFIX
                                                                   + "Problem"}}}}
@@ -79,6 +83,9 @@ async def readyz(request: Request) -> Response:
     if not ok:
         raise HeaderProblem(503, "not_ready", reason, {"Retry-After": "1"})
     return _health("ready", ready)
+
+
+router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
 
 
 class PoolKeeper:

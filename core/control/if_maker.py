@@ -9,6 +9,7 @@ on the gradient If) and #9 (a sparse gradient reaching the If is a 4xx).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from api_schemas import caffe2_pb2
@@ -43,8 +44,12 @@ def if_gradient(m: GradientMaker) -> list[OperatorDef]:
     copies, seeds = conditional_seeds(m)
     then_net = net_argument(op, "then_net")
     if then_net is None:
+        nets = [a.name for a in op.arg if a.HasField("n") and a.name != "else_net"]
+        close = difflib.get_close_matches("then_net", nets, n=1, cutoff=0.6)
+        hint = (f"; the argument '{close[0]}' looks like a misspelt then_net" if close
+                else "; add the argument then_net holding the NetDef run when the condition holds")
         raise invalid_net(
-            env, op, "Expected then subnet in If op (argument then_net)", "invalid_if"
+            env, op, "Expected then subnet in If op (argument then_net)" + hint, "invalid_if"
         )
     else_net = net_argument(op, "else_net")
     failed: list[NetgradError] = []  # both branches are differentiated: every problem at once

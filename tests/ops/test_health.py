@@ -64,3 +64,13 @@ def test_probes_are_in_the_openapi_document(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/livez", "/readyz", "/healthz", "/metrics"} <= set(paths)
     assert "503" in paths["/readyz"]["get"]["responses"]
+
+
+def test_probes_answer_head(client: TestClient) -> None:
+    # uptime checkers and load balancers send HEAD (it was a 405)
+    for path in ("/livez", "/readyz", "/healthz"):
+        r = client.head(path)
+        assert r.status_code == 200, path
+        assert r.headers["content-type"] == "application/json" and r.content == b""
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "head" not in paths["/livez"]

@@ -231,3 +231,11 @@ def test_problems_in_both_branches_of_an_if_are_all_named() -> None:
     assert [(p.op_type, p.path) for p in info.value.problems] == [
         ("Tanhh", "op[0]:If/then_net/op[0]:Tanhh"),
         ("Sigmoidd", "op[0]:If/else_net/op[0]:Sigmoidd")]
+
+
+def test_an_if_without_then_net_names_a_misspelt_argument() -> None:
+    then = caffe2_pb2.NetDef(name="then")
+    then.op.append(make_op("Relu", ["x"], ["x"]))
+    net = _net(make_op("If", ["c", "x"], ["x"], [make_arg("then_nett", then)]))
+    with pytest.raises(InvalidNetError, match="'then_nett' looks like a misspelt then_net"):
+        gradient_for_net(net, ["x"])

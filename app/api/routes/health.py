@@ -25,3 +25,7 @@ async def health(request: Request) -> Response:
     workers = int(getattr(pool, "size", 0) or 0) if pool is not None else 0
     msg = netgrad_pb2.Health(status="ok", version=__version__, workers=workers)
     return Response(json_bytes(jsonmap.encode(msg)), media_type="application/json")
+
+
+# HEAD /healthz (uptime checkers): the GET answer's headers.
+router.add_api_route("/healthz", health, methods=["HEAD"], include_in_schema=False)
