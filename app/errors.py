@@ -151,6 +151,19 @@ def problem_response(
                     headers=headers)
 
 
+#: Most problems one answer lists (a body with 100 000 unknown keys has as many; listing
+#: them all took the event loop for minutes: review, stop 21); the rest are counted.
+MAX_LISTED_PROBLEMS = 100
+#: Longest ``detail`` of an answer, in characters.
+MAX_DETAIL_CHARS = 4000
+
+
+def _cut(detail: str) -> str:
+    if len(detail) <= MAX_DETAIL_CHARS:
+        return detail
+    return detail[:MAX_DETAIL_CHARS] + f"... ({len(detail):,} characters in all)"
+
+
 def _text(s: str) -> str:
     """``s`` as valid UTF-8: a problem may quote what the client sent (e.g. a JSON key holding
     a lone surrogate), which is then escaped rather than allowed to fail the answer."""
@@ -183,8 +196,14 @@ def install_handlers(app: FastAPI) -> None:
         from app.api.hints import detail_with_hints, with_hints
 
         exc = cast(NetgradError, exc)
-        problems = with_hints(request.url.path, exc.problems)  # the fix, where known
-        detail = detail_with_hints(exc.message, problems, exc.problems)
+        listed = exc.problems[:MAX_LISTED_PROBLEMS]
+        problems = with_hints(request.url.path, listed)  # the fix, where known
+        detail = detail_with_hints(_cut(exc.message), problems, listed)
+        if len(exc.problems) > len(listed):
+            more = len(exc.problems) - len(listed)
+            problems.append(Diagnostic("error", "more_problems",
+                                       f"and {more} more problem(s) like these, not listed; "
+                                       "fix these and send the request again"))
         status = status_for(exc)
         return problem_response(status, exc.code, detail, problems,
                                 close=_closing(request), retry_after=_retry_after(request, status))

@@ -415,7 +415,7 @@ def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:
     unknown = {p.path for p in problems if p.code == "unknown_field" and p.path}
     out = []
     for p in problems:
-        hint = _hint(p, route, {u for u in unknown if u})
+        hint = _hint(p, route, unknown)
         out.append(_append(p, hint) if hint else p)
     return out
 

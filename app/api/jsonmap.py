@@ -120,11 +120,10 @@ def decode(obj: Any, cls: type[M], caffe2: Caffe2Reader) -> M:
     problems: list[Diagnostic] = []
     kwargs = _message(obj, cls.DESCRIPTOR, "", caffe2, problems)
     if problems:
+        shown = "; ".join(p.message for p in problems[:10])
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
         raise DecodeError(
-            f"request body does not match {cls.DESCRIPTOR.name}: "
-            + "; ".join(p.message for p in problems),
-            problems,
-        )
+            f"request body does not match {cls.DESCRIPTOR.name}: {shown}{more}", problems)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:  # pragma: no cover - values are checked above

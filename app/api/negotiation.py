@@ -148,6 +148,7 @@ def protobuf_fallback(accept: str | None, content_type: str | None = None) -> st
                     q = float(f[2:])
                 except ValueError:
                     q = 0.0
+                q = min(q, 1.0) if q == q else 0.0  # (RFC 9110: 0..1; inf as 1, NaN as 0)
         if q > 0 and mt in PROTOBUF_TYPES:
             named = named or mt
     if named is None:
@@ -185,6 +186,7 @@ def response_media(accept: str | None) -> tuple[Media, str]:
                     q = float(f[2:])
                 except ValueError:
                     q = 0.0
+                q = min(q, 1.0) if q == q else 0.0  # (RFC 9110: 0..1; inf as 1, NaN as 0)
         named.setdefault(mt, q)
 
     def quality(mt: str) -> float:

@@ -8,12 +8,13 @@ contribution per iteration, and incoming gradients are never written (issue 7, F
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from api_schemas import caffe2_pb2
 from core.control.renaming import rename_control_output, rename_outer
 from core.control.subnets import (
     bool_arg,
+    check_do,
     conditional_seeds,
     gradient_control_op,
     invalid_net,
@@ -22,6 +23,8 @@ from core.control.subnets import (
     put_net,
     subnet_gradient,
 )
+from core.errors import NetgradError
+from core.ir.env import GenEnv
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -200,6 +203,10 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     counter the ``cond_net`` increments and the body reads only as an index (brew.loop) has
     no gradient and is not refused.
 
+    A step ``n = Add(n, c)`` / ``Sub(n, c)`` / ``Sum(n, c...)`` whose other inputs the loop
+    does not carry (the Control_Ops tutorial's ``i = i + ONE``, control-flow-cases §10) has
+    derivative 1 in ``n``, so passing its gradient through is exact: allowed.
+
     Args:
         seeds: While output -> incoming gradient (``None``: none).
         body_grads: outer blob -> gradient, from the loop body's gradient.
@@ -211,10 +218,14 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     if cond_net is None:
         return
     writes: dict[str, None] = {}
+    steps: dict[str, bool] = {}  # blob -> every write of it is a step n += c (so far)
     for cop in cond_net.op:
-        writes.update(dict.fromkeys(cop.output[:-1] if cop.type == "Do" else cop.output))
+        outs = cop.output[:-1] if cop.type == "Do" else cop.output
+        writes.update(dict.fromkeys(outs))
+        for n in outs:
+            steps[n] = steps.get(n, True) and _is_step(cop, n, m.op.output)
     cond = m.op.input[0] if len(m.op.input) else ""
-    bad = [n for n in writes if n != cond
+    bad = [n for n in writes if n != cond and not steps[n]
            and (body_grads.get(n) is not None or seeds.get(n) is not None)]
     if not bad:
         return
@@ -226,3 +237,25 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
         "the cond_net, so that part of the gradient would be lost. Compute these values in "
         "loop_net and let the cond_net write only the condition",
         "unsupported_loop", blobs=bad)
+
+
+def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:
+    """Whether ``op`` writes ``n = n + c`` (or ``n - c``) with ``c`` not carried by the loop;
+    through a ``Do`` (add_while_op wraps the cond_net in one): every write of its inner name."""
+    if op.type == "Do":
+        try:
+            b = check_do(op, GenEnv())
+        except NetgradError:
+            return False
+        inner = b.outer_to_inner.get(n)
+        inner_carried = [b.outer_to_inner.get(c, "") for c in carried if c != n]
+        writers = [o for o in b.subnet.op if inner in o.output]
+        return inner is not None and bool(writers) and all(
+            _is_step(o, inner, inner_carried) for o in writers)
+    if list(op.output) != [n] or op.type not in ("Add", "Sub", "Sum") or not len(op.input):
+        return False
+    if op.type == "Sum":
+        others = [i for i in op.input if i != n]
+        return list(op.input).count(n) == 1 and all(i not in carried for i in others)
+    return (op.input[0] == n and len(op.input) == 2 and op.input[1] != n
+            and op.input[1] not in carried and not any(a.name == "broadcast" for a in op.arg))

@@ -72,7 +72,7 @@ def check_generated_names(
     last_read: dict[str, int] = {}
     for i, op in enumerate(grad_ops):
         for n in op.input:
-            if n in given:
+            if n in watched:
                 last_read[n] = i
     clashes: dict[str, OperatorDef] = {}
     for i, op in enumerate(grad_ops):
@@ -89,6 +89,8 @@ def check_generated_names(
                 # the seed's own blob's standard gradient name (an earlier version's
                 # gradient, the pass's own renaming), or a write after every read
                 continue
+            if n in forward and last_read.get(n, -1) <= i:
+                continue  # no later gradient op reads the forward value: nothing lost
             clashes[n] = op
     if not clashes:
         return
@@ -144,7 +146,8 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
     branch wrote would reach the op that wrote the blob before, or the fed value: a wrong
     gradient (``z = Scale(x); If(then: z = Mul(x, x))`` gave ``dz/dx = 1``; adversarial
     review, stop 21). Allowed as upstream (control-flow-cases §1 b) when nothing flows on:
-    the earlier writer reads no blob (Mask R-CNN2Go's ``ConstantFill`` of ``mask_fcn_probs``).
+    the earlier writer reads no blob, or has no gradient (Mask R-CNN2Go's ``ConstantFill`` of
+    ``mask_fcn_probs``, with or without a shape input).
 
     Args:
         ops, op_outputs: the forward ops of this net level and their output names.
@@ -160,7 +163,7 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
         if input_to_grad.get(name) is None:
             continue
         writer = next((j for j in range(idx - 1, -1, -1) if name in op_outputs[j]), None)
-        if writer is None or len(ops[writer].input):
+        if writer is None or (len(ops[writer].input) and not _stops_gradient(ops[writer].type)):
             bad.append(name)
     if not bad:
         return
@@ -171,3 +174,11 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
            "gradient would reach the value written before instead. Declare it as an output "
            f"of the {op_type} (add_if_op / add_while_op do), or write the result to a new blob")
     raise InvalidNetError(msg, [problem("undeclared_branch_write", msg, idx, bad)])
+
+
+def _stops_gradient(op_type: str) -> bool:
+    """Whether ``op_type``'s gradient is registered as none (fills, StopGradient)."""
+    from core.registry import GradientStatus, get_entry
+
+    e = get_entry(op_type)
+    return e is not None and e.status is GradientStatus.NO_GRADIENT

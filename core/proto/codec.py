@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -133,14 +134,16 @@ def _refuse_unknown(msg: message.Message) -> None:
     from core.types import Diagnostic
 
     problems: list[Diagnostic] = []
-    todo: list[tuple[message.Message, str]] = [(msg, "")]
+    todo: deque[tuple[message.Message, str]] = deque([(msg, "")])
     while todo and len(problems) < _MAX_UNKNOWN_LISTED:
-        cur, where = todo.pop(0)
+        cur, where = todo.popleft()
         seen: set[int] = set()
         for entry in UnknownFieldSet(cur):  # type: ignore[attr-defined]
             number = entry.field_number
             if number in seen:
                 continue
+            if len(problems) >= _MAX_UNKNOWN_LISTED:
+                break
             seen.add(number)
             kind = _WIRE_TYPES.get(entry.wire_type, f"wire type {entry.wire_type}")
             known = cur.DESCRIPTOR.fields_by_number.get(number)

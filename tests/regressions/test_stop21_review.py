@@ -239,3 +239,42 @@ def test_an_if_without_then_net_names_a_misspelt_argument() -> None:
     net = _net(make_op("If", ["c", "x"], ["x"], [make_arg("then_nett", then)]))
     with pytest.raises(InvalidNetError, match="'then_nett' looks like a misspelt then_net"):
         gradient_for_net(net, ["x"])
+
+
+def test_a_forward_blob_named_like_a_gradient_no_gradient_op_reads_later_is_fine() -> None:
+    # review round 3: these were refused although nothing reads the forward value after the
+    # gradient ops write the name
+    image, k, w = np.array([0.5, -1.0]), np.array([2.0, 3.0]), np.array([-1.0, 0.25])
+    net = _net(make_op("Mul", ["image", "k"], ["image_grad"]),
+               make_op("Mul", ["image_grad", "w"], ["y"]))
+    g = _run_gradient(net, {"y": None}, {"image": image, "k": k, "w": w})
+    np.testing.assert_allclose(g["image"], k * w)
+    x = np.array([0.3, -0.8])
+    net = _net(make_op("Tanh", ["x"], ["x_grad"]))  # TanhGradient reads and writes x_grad
+    g = _run_gradient(net, {"x_grad": None}, {"x": x})
+    np.testing.assert_allclose(g["x"], 1 - np.tanh(x) ** 2)
+
+
+def test_the_tutorial_while_whose_cond_net_steps_its_counter_still_works() -> None:
+    # control-flow-cases §10: i = 0.5; while (i = i + ONE) <= SEVEN: y += i (review round 3:
+    # refused as a cond_net value with a gradient; a step i + c has derivative 1 in i)
+    net = caffe2_pb2.NetDef(name="t")
+    body, cond = caffe2_pb2.NetDef(name="body"), caffe2_pb2.NetDef(name="cond")
+    body.op.append(make_op("Sum", ["y", "i"], ["y"]))
+    cond.op.extend([make_op("Add", ["i", "ONE"], ["i"]), make_op("LE", ["i", "SEVEN"], ["c"])])
+    add_while_op(net, "c", ["c", "i", "y", "ONE", "SEVEN"], body, cond)
+    feeds = {"i": np.array([0.5]), "y": np.array([0.0]), "ONE": np.array([1.0]),
+             "SEVEN": np.array([7.0]), "c": np.array(False)}
+    g = _run_gradient(net, {"y": None}, feeds)
+    assert g["i"].tolist() == [6.0] and g["y"].tolist() == [1.0]
+
+
+def test_an_undeclared_if_write_over_a_fill_with_a_shape_input_stays_a_warning() -> None:
+    # ConstantFill(x) -> m has no gradient, so nothing flows on (review round 3)
+    then = caffe2_pb2.NetDef(name="then")
+    then.op.append(make_op("Sigmoid", ["z"], ["m"]))
+    net = _net(make_op("ConstantFill", ["x"], ["m"]),
+               make_op("If", ["c", "z"], [], [make_arg("then_net", then)]),
+               make_op("Mul", ["m", "w"], ["y"]))
+    res = gradient_for_net(net, ["y"])
+    assert [d.code for d in res.diagnostics].count("undeclared_branch_write") == 1
