@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from api_schemas import caffe2_pb2
 from core.errors import InvalidNetError
+from core.registry import GradientStatus, get_entry
 from core.types import Diagnostic, GradValue, grad_names
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -178,7 +179,5 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
 
 def _stops_gradient(op_type: str) -> bool:
     """Whether ``op_type``'s gradient is registered as none (fills, StopGradient)."""
-    from core.registry import GradientStatus, get_entry
-
     e = get_entry(op_type)
     return e is not None and e.status is GradientStatus.NO_GRADIENT

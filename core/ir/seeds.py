@@ -38,23 +38,34 @@ def check_ys_written(seeds: Mapping[str, GradValue], written: Callable[[str], bo
     skipped writer, a net input, a near name).
     """
     missing = [y for y in seeds if not written(y)]
-    explain = explain_unwritten(net_ops, skip) if net_ops else None
     if missing:
+        explain = explain_unwritten(net_ops, skip) if net_ops else None
         why = explain(missing[0]) if explain and len(missing) == 1 else ""
+        shown = ", ".join(repr(y) for y in missing[:_EXPLAINED]) + (
+            f" and {len(missing) - _EXPLAINED} more" if len(missing) > _EXPLAINED else "")
         raise InvalidRequestError(
-            f"ys names blobs that no op writes: {', '.join(repr(y) for y in missing)}{why}",
+            f"ys names blobs that no op writes: {shown}{why}",
             [
                 Diagnostic("error", "unknown_ys_blob",
-                           f"no op writes blob '{y}'" + (explain(y) if explain else ""),
+                           f"no op writes blob '{y}'"
+                           + (explain(y) if explain and k < _EXPLAINED else ""),
                            path="ys", blobs=(y,))
-                for y in missing
+                for k, y in enumerate(missing)
             ],
         )
+
+
+#: Most missing ``ys`` blobs whose problem says why (each reads the op list and compares
+#: names); the others are named only.
+_EXPLAINED = 10
 
 
 def explain_unwritten(net_ops: Sequence[Any], skip: int) -> Callable[[str], str]:
     """``explain`` for :func:`check_ys_written`: why ``name`` has no writer among
     ``net_ops[skip:]`` (the whole net's ops, before ``skip`` is applied) and what to do."""
+
+    written = list(dict.fromkeys(o for op in net_ops[skip:] for o in op.output))
+    read = {i for op in net_ops[skip:] for i in op.input}
 
     def explain(name: str) -> str:
         skipped = next((i for i in range(min(skip, len(net_ops)))
@@ -62,8 +73,7 @@ def explain_unwritten(net_ops: Sequence[Any], skip: int) -> Callable[[str], str]
         if skipped is not None:
             return (f" among the ops differentiated: op[{skipped}]:{net_ops[skipped].type} "
                     f"writes it, and skip={skip} leaves out the first {skip} op(s); lower skip")
-        written = list(dict.fromkeys(o for op in net_ops[skip:] for o in op.output))
-        if any(name in op.input for op in net_ops[skip:]):
+        if name in read:
             return (" (it is an input the ops read); ys names outputs, the blobs whose "
                     "gradient seeds the backward pass, e.g. the loss")
         close = difflib.get_close_matches(name, written, n=1)

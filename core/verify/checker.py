@@ -125,6 +125,7 @@ def seed_names(
     taken: set[str] = set(fed)
     _all_names(net, taken)
     seeds: dict[str, str] = {}
+    given_for: dict[str, str] = {}  # a caller-given seed name -> its y
     for y, g in items:
         if g is not None and not all(grad_names(g)):  # as core.ir.seeds refuses it
             raise InvalidRequestError.at(
@@ -134,8 +135,8 @@ def seed_names(
         if isinstance(g, GradientSlice):
             raise InvalidRequestError.at(
                 f"y '{y}': a sparse seed gradient cannot be verified", path="ys", blobs=[y])
-        if isinstance(g, str) and g in seeds.values():
-            other = next(k for k, v in seeds.items() if v == g)
+        if isinstance(g, str) and g in given_for:
+            other = given_for[g]
             # verification feeds each y's seed its own random weights; one blob cannot hold
             # two (the check failed a correct gradient: adversarial review, stop 21)
             raise InvalidRequestError.at(
@@ -145,6 +146,8 @@ def seed_names(
         name = g if isinstance(g, str) else _free_name(f"{y}_grad", taken)
         taken.add(name)
         seeds[y] = name
+        if isinstance(g, str):
+            given_for[g] = y
     return seeds
 
 
