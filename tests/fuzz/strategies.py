@@ -27,7 +27,9 @@ How the nets are built:
 * ``If`` conditions are ``GT(C_TRUE|C_FALSE, ZERO)`` on fed constants, or inside a loop
   ``GT(counter, H05|H15|H25)`` (the branch changes with the iteration). A ``While`` is a
   counting loop: ``counter = Copy(ZERO)``; body ``counter = Sum(counter, ONE)``; condition
-  ``LT(counter, LIMITn)`` with 0 to 3 trips, and the product of the trip counts of nested
+  ``LT(counter, LIMITn)`` (or ``counter = Copy(MINUS_ONE)`` and the step first in the
+  condition net, the Control_Ops tutorial's shape) with 0 to 3 trips, and the product of the
+  trip counts of nested
   loops is at most :data:`TRIP_BUDGET`.
 * A blob written inside a loop body but created outside it (a loop-carried blob) is only
   written by a squashing op (``Tanh``, ``Sigmoid``) or, in place, by ``Scale`` with
@@ -479,13 +481,21 @@ class _Gen:
         trips = self.draw(st.integers(0, min(MAX_TRIPS, room)))
         limit = self.const(f"LIMIT{trips}", float(trips))
         counter = self.fresh("cnt")
-        b.net.op.append(make_op("Copy", [self.const(ZERO, 0.0)], [counter]))
+        # the counter steps in the body, or in the cond_net before each test (the
+        # Control_Ops tutorial's shape; a cond_net step is passed through: stop 21)
+        in_cond = self.draw(st.booleans())
+        start = self.const("MINUS_ONE", -1.0) if in_cond else self.const(ZERO, 0.0)
+        b.net.op.append(make_op("Copy", [start], [counter]))
         body = self.child(b, "loop_body", loop=True, trips=trips, counter=counter)
-        body.net.op.append(make_op("Sum", [counter, self.const(ONE, 1.0)], [counter]))
+        step = make_op("Sum", [counter, self.const(ONE, 1.0)], [counter])
+        if not in_cond:
+            body.net.op.append(step)
         self.body(body)
         cond = self.fresh("wcond")
         cond_net = NetDef()
         cond_net.name = self.fresh("loop_cond")
+        if in_cond:
+            cond_net.op.append(step)
         cond_net.op.append(make_op("LT", [counter, limit], [cond]))
         add_while_op(b.net, cond, [*self.scope(b), counter], body.net, cond_net)
 
