@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 
 from api_schemas import caffe2_pb2
 from core.ir.backward import NetGradientResult, OpGradientResult, net_gradient, op_gradient
+from core.ir.collisions import refuse_duplicate_outputs
 from core.ir.env import GenLimits
+from core.ir.ssa import CONTROL_OP_TYPES
 from core.types import GradValue
 
 __all__ = ["NetGradientResult", "OpGradientResult", "gradient_for_net", "gradient_for_op"]
@@ -29,6 +31,9 @@ def gradient_for_op(
         InvalidRequestError: ``g_output`` length differs from ``len(op.output)``.
         GradientNotDefinedError, InvalidNetError, GradientError, LimitExceededError.
     """
+    if (len(set(op.output)) < len(op.output) and op.type not in CONTROL_OP_TYPES
+            and any(g is not None for g in g_output)):  # (as the backward pass refuses it)
+        refuse_duplicate_outputs(op.type, op.output, 0, f"op[0]:{op.type}")
     return op_gradient(op, g_output, limits or GenLimits())
 
 

@@ -18,6 +18,7 @@ costs one scan of its names, and the gradient ops are read only when one is.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from api_schemas import caffe2_pb2
@@ -119,7 +120,8 @@ def check_generated_names(
     raise InvalidNetError(head, problems)
 
 
-def refuse_duplicate_outputs(op_type: str, outputs: Sequence[str]) -> None:
+def refuse_duplicate_outputs(op_type: str, outputs: Sequence[str],
+                             op_index: int | None = None, path: str | None = None) -> None:
     """Refuse an op that lists one output blob twice (``Split(x) -> [a, a]``).
 
     Only the last write survives the forward run, but each output slot would get the
@@ -129,12 +131,13 @@ def refuse_duplicate_outputs(op_type: str, outputs: Sequence[str]) -> None:
     Raises:
         InvalidNetError: code ``duplicate_output``.
     """
-    twice = sorted({o for o in outputs if outputs.count(o) > 1})
+    twice = sorted(o for o, k in Counter(outputs).items() if k > 1)
     names = ", ".join(f"'{o}'" for o in twice)
     raise InvalidNetError.at(
         f"{op_type} lists the output {names} more than once: only its last write survives "
         "the forward run, so the gradient cannot tell which slot produced the value; give "
-        "each output its own name", blobs=twice, code="duplicate_output")
+        "each output its own name", blobs=twice, code="duplicate_output", op_index=op_index,
+        op_type=op_type if path is not None else None, path=path)
 
 
 def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequence[str]],

@@ -35,6 +35,9 @@ from core.errors import LimitExceededError
 DECODER_MAX_DEPTH = 150
 
 _NET_ARG_FIELDS = ("n", "nets")
+#: A sub-net found by a walk: ``(sub-net, path, op index, op type)`` (no op: a NetDef's own
+#: argument).
+Child = tuple[Any, str, int | None, str | None]
 
 
 def effective_max_depth(max_depth: int) -> int:
@@ -43,8 +46,8 @@ def effective_max_depth(max_depth: int) -> int:
 
 
 def _check_nesting(
-    start: list[tuple[Any, str, int, str]],
-    children: Callable[[Any, str], Iterable[tuple[Any, str, int, str]]],
+    start: list[Child],
+    children: Callable[[Any, str], Iterable[Child]],
     max_depth: int,
 ) -> None:
     """Depth-first walk of sub-nets from ``start`` (level 1); raise at the first too deep.
@@ -61,7 +64,8 @@ def _check_nesting(
         stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(below))
 
 
-def _too_deep(path: str, op_index: int, op_type: str, max_depth: int) -> LimitExceededError:
+def _too_deep(path: str, op_index: int | None, op_type: str | None,
+              max_depth: int) -> LimitExceededError:
     return LimitExceededError.at(
         f"sub-nets are nested deeper than the limit of {max_depth} levels at {path}; each "
         "sub-net of a Do, If, While or RecurrentNetwork op is one level: flatten the net, or "
@@ -78,14 +82,20 @@ def _too_deep(path: str, op_index: int, op_type: str, max_depth: int) -> LimitEx
 
 def _msg_children(
     net: caffe2_pb2.NetDef, prefix: str
-) -> Iterator[tuple[caffe2_pb2.NetDef, str, int, str]]:
+) -> Iterator[Child]:
     for i, op in enumerate(net.op):
         yield from _op_children(op, i, f"{prefix}op[{i}]:{op.type}")
+    # the net's own arguments nest NetDefs too (no op: a decoder limit all the same)
+    for arg in net.arg:
+        if arg.HasField("n"):
+            yield arg.n, f"{prefix}arg:{arg.name}", None, None
+        for k, sub in enumerate(arg.nets):
+            yield sub, f"{prefix}arg:{arg.name}[{k}]", None, None
 
 
 def _op_children(
     op: caffe2_pb2.OperatorDef, index: int, op_path: str
-) -> Iterator[tuple[caffe2_pb2.NetDef, str, int, str]]:
+) -> Iterator[Child]:
     for arg in op.arg:
         if arg.HasField("n"):
             yield arg.n, f"{op_path}/{arg.name}", index, op.type
@@ -114,7 +124,7 @@ def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int)
 # -- JSON objects (before decoding) ----------------------------------------------------------
 
 
-def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[tuple[Any, str, int, str]]:
+def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[Child]:
     args = op.get("arg") if isinstance(op, dict) else None
     if not isinstance(args, list):
         return
@@ -132,13 +142,17 @@ def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[tuple[Any, 
                     yield sub, f"{op_path}/{name}[{k}]", index, op_type
 
 
-def _json_net_children(net: Any, prefix: str) -> Iterator[tuple[Any, str, int, str]]:
-    ops = net.get("op") if isinstance(net, dict) else None
-    if not isinstance(ops, list):
+def _json_net_children(net: Any, prefix: str) -> Iterator[Child]:
+    if not isinstance(net, dict):
         return
-    for i, op in enumerate(ops):
-        if isinstance(op, dict):
-            yield from _json_op_children(op, i, f"{prefix}op[{i}]:{op.get('type', '')}")
+    ops = net.get("op")
+    if isinstance(ops, list):
+        for i, op in enumerate(ops):
+            if isinstance(op, dict):
+                yield from _json_op_children(op, i, f"{prefix}op[{i}]:{op.get('type', '')}")
+    own = {"arg": net.get("arg"), "type": ""}  # the net's own arguments, as an op's
+    for sub, path, _, _ in _json_op_children(own, 0, f"{prefix}arg"):
+        yield sub, path.replace(f"{prefix}arg/", f"{prefix}arg:", 1), None, None
 
 
 def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False) -> None:
@@ -164,6 +178,7 @@ def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False) -> None:
 _NETDEF_OP = 2
 _OP_TYPE = 4
 _OP_ARG = 5
+_NETDEF_ARG = 6
 _ARG_NAME = 1
 _ARG_N = 8
 _ARG_NETS = 9
@@ -231,7 +246,7 @@ def _wire_string(data: bytes, start: int, end: int, number: int) -> str:
 
 def _wire_net_children(
     data: bytes, start: int, end: int, prefix: str
-) -> Iterator[tuple[int, int, str, int, str]]:
+) -> Iterator[tuple[int, int, str, int | None, str | None]]:
     index = 0
     for num, wtype, s, e in wire_fields(data, start, end):
         if num != _NETDEF_OP or wtype != 2:
@@ -240,13 +255,19 @@ def _wire_net_children(
         op_path = f"{prefix}op[{index}]:{op_type}"
         yield from _wire_op_children(data, s, e, index, op_path, op_type)
         index += 1
+    # the net's own arguments (NetDef.arg), as :func:`_msg_children` follows them
+    for s_, e_, path, _, _ in _wire_op_children(data, start, end, 0, f"{prefix}arg", "",
+                                                arg_field=_NETDEF_ARG):
+        yield s_, e_, path.replace(f"{prefix}arg/", f"{prefix}arg:", 1), None, None
 
 
 def _wire_op_children(
-    data: bytes, start: int, end: int, index: int, op_path: str, op_type: str
-) -> Iterator[tuple[int, int, str, int, str]]:
+    data: bytes, start: int, end: int, index: int, op_path: str, op_type: str,
+    arg_field: int = 0,
+) -> Iterator[tuple[int, int, str, int | None, str | None]]:
+    arg_field = arg_field or _OP_ARG
     for num, wtype, s, e in wire_fields(data, start, end):
-        if num != _OP_ARG or wtype != 2:
+        if num != arg_field or wtype != 2:
             continue
         name = _wire_string(data, s, e, _ARG_NAME)
         k = 0
@@ -280,7 +301,7 @@ def check_wire_depth(
 
 
 def _check_wire_depth(data: bytes, max_depth: int, is_op: bool) -> None:
-    def children(node: Any, prefix: str) -> Iterator[tuple[Any, str, int, str]]:
+    def children(node: Any, prefix: str) -> Iterator[Child]:
         for s, e, path, idx, typ in _wire_net_children(data, node[0], node[1], prefix):
             yield (s, e), path, idx, typ
 

@@ -369,3 +369,47 @@ def codec_varint_field(number: int) -> bytes:
         tag >>= 7
     out.append(tag)
     return bytes(out) + b"\x01"
+
+
+def _ld(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (tag and length as varints)."""
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        return bytes(out)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+@pytest.mark.parametrize("levels", [150, 20_000])
+def test_nets_nested_through_plain_arguments_are_refused_by_depth(
+        client: TestClient, levels: int) -> None:
+    # NetDef.arg / a Tanh's arg holding n { arg { n { ... } } }: the depth walk followed only
+    # op arguments, so 150 levels were a 200 no client could read back, and 20 000 a 500
+    # (the JSON answer's encoder recursed; final walkthrough)
+    net = b""
+    for _ in range(levels - 1):
+        net = _ld(6, _ld(1, b"a") + _ld(8, net))
+    op = _ld(1, b"x") + _ld(2, b"y") + _ld(4, b"Tanh") + _ld(5, _ld(1, b"a") + _ld(8, net))
+    r = client.post("/v1/gradients/net", content=_ld(1, _ld(2, op)) + _ld(2, _ld(1, b"y")),
+                    headers={"Content-Type": PB})
+    problem = assert_problem(r, 422, "limit_exceeded")
+    assert problem["errors"][0]["path"].startswith("op[0]:Tanh/a/arg:a/arg:a")
+    if levels < 1000:
+        inner: dict[str, Any] = {}
+        for _ in range(levels - 1):
+            inner = {"arg": [{"name": "a", "n": inner}]}
+        body = {"net": {"op": [{"type": "Tanh", "input": ["x"], "output": ["y"],
+                                "arg": [{"name": "a", "n": inner}]}]}, "ys": ["y"]}
+        assert_problem(client.post("/v1/gradients/net", json=body), 422, "limit_exceeded")
+    still_serving(client)
+
+
+def test_the_op_route_refuses_an_output_listed_twice(client: TestClient) -> None:
+    body = {"op": {"type": "Split", "input": ["x"], "output": ["a", "a"]},
+            "g_output": ["a_grad", "a_grad"]}
+    problem = assert_problem(client.post("/v1/gradients/op", json=body), 422)
+    assert [(e["code"], e["op_index"], e["path"]) for e in problem["errors"]] == [
+        ("duplicate_output", 0, "op[0]:Split")]
