@@ -82,8 +82,11 @@ def _decode(data: bytes, cls: type[M]) -> Decoded[M]:
     flat = checker.IsInitialized()
     if not flat:
         _check_complete(msg)
-    msg.DiscardUnknownFields()  # a canonical encoding without unknown fields keeps its size
-    if msg.ByteSize() != len(data):  # unknown fields, or another valid encoding: look
+    # Unknown fields re-encode byte for byte, so only they make the two sizes differ; the
+    # body's own length would not do (a packed field can save what an unknown one costs).
+    kept = msg.ByteSize()
+    msg.DiscardUnknownFields()
+    if msg.ByteSize() != kept:
         probe = cls()
         probe.ParseFromString(data)
         _refuse_unknown(probe)
@@ -122,8 +125,8 @@ def _refuse_unknown(msg: message.Message) -> None:
 
     JSON bodies refuse unknown keys; a binary body kept them silently (upb keeps unknown
     fields; walkthrough, stop 21), so a field of a newer schema, an argument value among
-    them, was dropped without a word. A walk over the message, only when its re-encoded
-    size differs from the body's.
+    them, was dropped without a word. A walk over the message, only when discarding its
+    unknown fields changed its encoded size.
 
     Raises:
         DecodeError: code ``unknown_field``, one problem per unknown field number and place
@@ -172,7 +175,7 @@ def _refuse_unknown(msg: message.Message) -> None:
                 todo.extend((v, f"{here}[{k}]") for k, v in enumerate(value))
             else:
                 todo.append((value, here))
-    if not problems:  # the same message in another valid encoding (e.g. unpacked scalars)
+    if not problems:  # (the sizes differ only when some field is unknown)
         return
     head = problems[0].message if len(problems) == 1 else (
         f"{len(problems)} fields the schema does not define; the first: "

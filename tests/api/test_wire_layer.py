@@ -413,3 +413,28 @@ def test_the_op_route_refuses_an_output_listed_twice(client: TestClient) -> None
     problem = assert_problem(client.post("/v1/gradients/op", json=body), 422)
     assert [(e["code"], e["op_index"], e["path"]) for e in problem["errors"]] == [
         ("duplicate_output", 0, "op[0]:Split")]
+
+
+def test_an_unknown_field_is_refused_when_a_packed_field_saves_its_bytes(
+        client: TestClient) -> None:
+    # caffe2.proto is proto2: Argument.ints re-encodes unpacked (2 bytes per small value).
+    # Sent packed, six values save 4 bytes, exactly what a 4-byte unknown field costs, so
+    # the re-encoded body had the body's length and the unknown field was dropped unseen
+    # (review finding 7, stop 22)
+    arg = caffe2_pb2.Argument(name="k")
+    arg_bytes = arg.SerializeToString() + b"\x32\x06" + bytes(range(1, 7))  # ints, packed
+    op = caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"])
+    op_bytes = op.SerializeToString() + b"\x2a" + bytes([len(arg_bytes)]) + arg_bytes
+    op_bytes += b"\xb8\x06\xc8\x01"  # field 103, varint 200: 4 bytes
+    net_bytes = b"\x12" + bytes([len(op_bytes)]) + op_bytes  # NetDef.op
+    ys = netgrad_pb2.NetGradientRequest()
+    ys.ys.add(blob="y")
+    data = b"\x0a" + bytes([len(net_bytes)]) + net_bytes + ys.SerializeToString()
+    req = netgrad_pb2.NetGradientRequest.FromString(data)
+    assert list(req.net.op[0].arg[0].ints) == [1, 2, 3, 4, 5, 6]
+    req.DiscardUnknownFields()
+    assert req.ByteSize() == len(data)  # the case the old size check could not see
+    r = client.post("/v1/gradients/net", content=data, headers={"Content-Type": PB})
+    body = assert_problem(r, 400, "decode_error")
+    assert [(e["code"], e["path"]) for e in body["errors"]] == [
+        ("unknown_field", "net.op[0].#103")]
