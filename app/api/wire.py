@@ -305,11 +305,42 @@ def grad_value(g: netgrad_pb2.Gradient) -> GradValue:
     return None
 
 
+def _seed(g: GradValue) -> str:
+    if g is None:
+        return "null (all ones)"
+    if isinstance(g, GradientSlice):
+        return f"{{indices: '{g.indices}', values: '{g.values}'}}"
+    return f"'{g}'"
+
+
 def ys_value(entries: Sequence[netgrad_pb2.GradientMapEntry]) -> Ys:
-    """``ys`` as the engine takes it: a list of blobs when no entry names a gradient."""
-    if all(not e.HasField("gradient") or e.gradient.WhichOneof("kind") is None for e in entries):
+    """``ys`` as the engine takes it: a list of blobs when no entry names a gradient.
+
+    A blob listed twice with the same seed counts once. Listed with two different seeds
+    (only a binary or text-format body can: JSON refuses a repeated key), it is refused;
+    the last entry used to win silently.
+
+    Raises:
+        InvalidRequestError: code ``duplicate_ys``, one problem per repeated entry, path
+            ``ys[k]``.
+    """
+    values = [grad_value(e.gradient) for e in entries]
+    first: dict[str, int] = {}
+    problems: list[Diagnostic] = []
+    for k, e in enumerate(entries):
+        j = first.setdefault(e.blob, k)
+        if j != k and values[j] != values[k]:
+            problems.append(Diagnostic(
+                "error", "duplicate_ys",
+                f"ys[{k}]: blob '{e.blob}' is listed again with seed {_seed(values[k])} (ys[{j}] "
+                f"gives {_seed(values[j])}); a blob has one seed: keep one entry",
+                path=f"ys[{k}]",
+                blobs=(e.blob,)))
+    if problems:
+        raise InvalidRequestError(problems[0].message, problems)
+    if all(v is None for v in values):
         return [e.blob for e in entries]
-    return {e.blob: grad_value(e.gradient) for e in entries}
+    return {e.blob: values[first[e.blob]] for e in entries}
 
 
 def _opt(msg: message.Message, name: str) -> Any:

@@ -438,3 +438,23 @@ def test_an_unknown_field_is_refused_when_a_packed_field_saves_its_bytes(
     body = assert_problem(r, 400, "decode_error")
     assert [(e["code"], e["path"]) for e in body["errors"]] == [
         ("unknown_field", "net.op[0].#103")]
+
+
+def test_a_blob_given_two_seeds_is_refused_and_a_repeated_one_counts_once(
+        client: TestClient) -> None:
+    # JSON refuses a repeated key; a binary body can list y twice, and the last seed won
+    req = netgrad_pb2.NetGradientRequest()
+    req.net.op.add(type="Tanh", input=["x"], output=["y"])
+    req.ys.add(blob="y").gradient.dense = "g1"
+    req.ys.add(blob="y").gradient.dense = "g2"
+    for route in ("/v1/gradients/net", "/v1/verify"):
+        r = client.post(route, content=req.SerializeToString(), headers={"Content-Type": PB})
+        body = assert_problem(r, 400, "invalid_request")
+        assert [(e["code"], e["path"], e["blobs"]) for e in body["errors"]] == [
+            ("duplicate_ys", "ys[1]", ["y"])]
+        assert "'g1'" in body["detail"] and "'g2'" in body["detail"]
+    net = {"op": [{"type": "Tanh", "input": ["x"], "output": ["y"]}]}
+    once = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
+    twice = client.post("/v1/gradients/net", json={"net": net, "ys": ["y", "y"]})
+    assert once.status_code == twice.status_code == 200
+    assert once.content == twice.content

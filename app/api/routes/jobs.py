@@ -26,6 +26,7 @@ from app import auth
 from app.api import docs, wire
 from app.api.checks import YS_EMPTY
 from app.api.deps import Context, serve
+from app.api.hints import nested_under
 from app.api.job_work import JobConfig, job_work, problem_message
 from app.api.negotiation import Body, Media, response_media
 from app.errors import ProblemError
@@ -154,6 +155,10 @@ async def submit_job(request: Request) -> Response:
         inner = getattr(req, kind)
         if kind == "verify" and not len(inner.ys):  # a 400 now, as /v1/verify gives
             raise InvalidRequestError.at(YS_EMPTY, path="verify.ys", code="ys_empty")
+        try:
+            wire.ys_value(inner.ys)  # a blob given two seeds: a 400 now too
+        except InvalidRequestError as exc:
+            raise nested_under(exc, kind, inner.DESCRIPTOR) from None
         allowance = auth.job_allowance(ctx.pool)
         try:
             rec = jobs.submit(kind, inner.SerializeToString(deterministic=True),
