@@ -286,7 +286,8 @@ def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
     cpp = f.cpp_type
     if cpp in _INT_RANGES:
         if type(value) is not int:
-            raise _Invalid("invalid_field", path, "must be an integer (a JSON number)")
+            raise _Invalid("invalid_field", path,
+                           f"must be an integer (a JSON number such as 3), {_got(value)}")
         lo, hi = _INT_RANGES[cpp]
         if not lo <= value <= hi:
             raise _Invalid("invalid_field", path, f"integer out of range [{lo}, {hi}]")
@@ -303,10 +304,10 @@ def _single(f: Any, value: Any, path: str, caffe2: Caffe2Reader,
         if type(value) is str and value in _NON_FINITE:
             return _NON_FINITE[value]
         raise _Invalid("invalid_field", path,
-                       'must be a number (or "NaN", "Infinity", "-Infinity")')
+                       f'must be a number (or "NaN", "Infinity", "-Infinity"), {_got(value)}')
     if cpp == _FD.CPPTYPE_BOOL:
         if type(value) is not bool:
-            raise _Invalid("invalid_field", path, "must be true or false")
+            raise _Invalid("invalid_field", path, f"must be true or false, {_got(value)}")
         return value
     return _string(value, path)
 
@@ -316,9 +317,19 @@ _NOT_FINITE = (
     'such as 1e400); send a non-finite value as the string "NaN", "Infinity" or "-Infinity"')
 
 
+def _got(value: Any) -> str:
+    """What a wrongly typed JSON value was, short: ``got "1"``, ``got 1.5``, ``got an array``."""
+    if isinstance(value, dict):
+        return "got an object"
+    if isinstance(value, list):
+        return "got an array"
+    text = json.dumps(value)
+    return f"got {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def _string(value: Any, path: str) -> str:
     if type(value) is not str:
-        raise _Invalid("invalid_field", path, "must be a string")
+        raise _Invalid("invalid_field", path, f"must be a string, {_got(value)}")
     if not value.isascii():
         try:
             value.encode("utf-8")

@@ -136,6 +136,10 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
 #: json_format's prefix for the field whose value it could not parse, one per level.
 _FAILED = "Failed to parse "
 _AT = re.compile(r" at [\w.\[\]]+$")
+#: json_format's reasons that quote Python or its own internals, with the value refused.
+_REFUSED_VALUE = re.compile(
+    r"^(?:invalid literal for int\(\) with base 10: |Couldn't parse \w+(?: value)?: "
+    r"|repeated field \w+ must be in \[\] which is )(?P<value>.*)$", re.S)
 #: Most questions :func:`_locate` asks json_format (then it gives up: the answer keeps
 #: json_format's text, with the top field's path). An array of n values takes about log2(n).
 MAX_LOCATE_CHECKS = 64
@@ -176,6 +180,10 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     reason = _AT.sub("", rest.rstrip(".").strip())
     want = "a JSON array" if field.is_repeated and not path.endswith("]") else _wanted(field)
     head = f"{path}: expected {want}" if want else path
+    refused = _REFUSED_VALUE.match(reason)
+    if refused is not None:  # the value, not how the parser failed on it
+        return DecodeError.at(f"{head}, got {refused['value'][:200]}", path=path,
+                              code="invalid_field")
     return DecodeError.at(f"{head} ({reason})", path=path, code="invalid_field")
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -102,3 +103,20 @@ def test_an_unknown_key_inside_a_net_is_named_by_its_path(client: TestClient, bo
     (err,) = doc["errors"]
     assert err["code"] == "unknown_field" and err["path"] == path
     assert err["message"].count("did you mean") == 1 and f"'{near}'" in err["message"]
+
+
+@pytest.mark.parametrize(("body", "detail"), [
+    ({"net": {"op": [{"type": "Tanh", "arg": [{"name": "k", "i": "abc"}]}]}, "ys": ["y"]},
+     "net.op[0].arg[0].i: expected an integer (int64), got 'abc'"),
+    ({"net": {"op": [{"type": "Tanh", "input": "x"}]}, "ys": ["y"]},
+     "net.op[0].input: expected a JSON array, got x"),
+    ({"net": {"op": []}, "ys": ["y"], "skip": "1"}, 'skip: must be an integer (a JSON number'
+     ' such as 3), got "1"'),
+    ({"net": {"op": []}, "ys": ["y"], "return_net": 1}, "return_net: must be true or false, "
+     "got 1"),
+])
+def test_a_wrongly_typed_value_is_quoted_without_parser_internals(
+        client: TestClient, body: dict[str, Any], detail: str) -> None:
+    problem = client.post("/v1/gradients/net", json=body).json()
+    assert detail in problem["detail"]
+    assert "invalid literal" not in problem["detail"] and "Couldn't" not in problem["detail"]
