@@ -541,15 +541,25 @@ def _raise_no_gradient(op: OperatorDef, e: OpEntry | None) -> None:
 def nearest_op_types(op_type: str, n: int = 3) -> list[str]:
     """Up to ``n`` registered op types closest to ``op_type`` (for "did you mean").
 
-    A case-insensitive exact match comes first; then :func:`difflib.get_close_matches`.
-    Only called on the error path.
+    A case-insensitive exact match comes first, then the Caffe2 name of another framework's
+    op (``FullyConnected``, ``BatchNorm2d``), then :func:`difflib.get_close_matches`'s
+    candidates ranked by edit distance (a swap of two neighbours counts half), difflib's
+    ratio breaking ties (``Reluu``: ``Relu`` before ``ReluN``). Only called on the error path.
     """
     import difflib
 
+    from core.typos import OTHER_NAMES, edit_distance
+
     names = sorted(REGISTRY)
-    folded = [t for t in names if t.lower() == op_type.lower() and t != op_type]
-    close = difflib.get_close_matches(op_type, names, n=n, cutoff=0.6)
-    return list(dict.fromkeys(folded + close))[:n]
+    low = op_type.lower()
+    folded = [t for t in names if t.lower() == low and t != op_type]
+    alias = OTHER_NAMES.get(low)
+    other = [alias] if alias in REGISTRY else []
+    close = difflib.get_close_matches(op_type, names, n=max(n, 10), cutoff=0.6)
+    ratio = {t: difflib.SequenceMatcher(None, op_type, t).ratio() for t in close}
+    if len(op_type) <= 64:  # (quadratic: a typo is short)
+        close.sort(key=lambda t: (edit_distance(low, t.lower()), -ratio[t], t))
+    return list(dict.fromkeys(folded + other + close))[:n]
 
 
 def known_op_types() -> list[str]:

@@ -460,10 +460,14 @@ def cast_grad(m: GradientMaker) -> list[OperatorDef]:
         raise GradientError(exc.message) from None
     if from_type is None:
         raise GradientError(
-            "Argument 'from_type' of type int or string is required to get the gradient of CastOp"
+            "Argument 'from_type' of type int or string is required to get the gradient of "
+            "CastOp: add the input's data type, e.g. {\"name\": \"from_type\", \"i\": 1} or "
+            "{\"name\": \"from_type\", \"s\": \"FLOAT\"} (TensorProto.DataType: FLOAT 1, "
+            "INT32 2, BOOL 5, INT64 10, DOUBLE 13)"
         )
     if to is None:
-        raise GradientError("Cast: argument 'to' is required")
+        raise GradientError("Cast: argument 'to' is required (the output's data type, e.g. "
+                            "{\"name\": \"to\", \"i\": 1} for FLOAT)")
     args = [make_arg("to", from_type), make_arg("from_type", to)]
     return [m.make_op("Cast", [m.GO(0)], [m.GI(0)], args)]
 

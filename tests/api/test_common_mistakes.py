@@ -122,6 +122,11 @@ MISTAKES: list[tuple[str, Call, int, str, list[str]]] = [
          "fetch": ["y"], "inputs": [{"blob": "x", "tensor": {"shape": [2], "dtype": "int32",
                                                              "data": [1, 1.5]}}]}),
      400, "invalid_request", ["value 1.5 at element 1", "whole number that fits int32"]),
+    ("Cast without from_type",
+     lambda c: c.post("/v1/gradients/net", json={"net": {"op": [
+         {"type": "Cast", "input": ["x"], "output": ["y"], "arg": [{"name": "to", "i": 1}]}]},
+         "ys": ["y"]}),
+     422, "gradient_error", ['{"name": "from_type", "i": 1}', "DOUBLE 13"]),
     ("misspelt route",
      lambda c: c.post("/v1/gradient/op", json=docs.DO_REQUEST),
      404, "not_found", ["did you mean POST /v1/gradients/op?"]),

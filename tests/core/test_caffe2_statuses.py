@@ -103,3 +103,14 @@ def test_executor_names_the_nearest_types_for_an_unknown_op() -> None:
     with pytest.raises(ExecutionError, match="did you mean Relu") as err:
         validate_net(net)
     assert err.value.problems[0].op_type == "Rleu"
+
+
+@pytest.mark.parametrize(("typo", "first"), [
+    ("Tahn", "Tanh"),  # two letters swapped: one edit, before Tan's deletion of a letter
+    ("FullyConnected", "FC"), ("BatchNorm2d", "SpatialBN"), ("relu", "Relu"),
+    ("Sigmod", "Sigmoid"),
+])
+def test_the_nearest_type_is_suggested_first(typo: str, first: str) -> None:
+    with pytest.raises(GradientNotDefinedError) as err:
+        get_gradient_for_op(make_op(typo, ["X"], ["Y"]), ["Y_grad"])
+    assert f"Did you mean {first}" in err.value.message
