@@ -228,6 +228,8 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     bad = [n for n in writes if n != cond and not steps[n]
            and (body_grads.get(n) is not None or seeds.get(n) is not None)]
     if not bad:
+        _warn_step_operands(m, cond_net, [n for n in writes if n != cond and (
+            body_grads.get(n) is not None or seeds.get(n) is not None)])
         return
     shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
     raise invalid_net(
@@ -237,6 +239,49 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
         "the cond_net, so that part of the gradient would be lost. Compute these values in "
         "loop_net and let the cond_net write only the condition",
         "unsupported_loop", blobs=bad)
+
+
+def _warn_step_operands(m: GradientMaker, cond_net: NetDef, stepped: Sequence[str]) -> None:
+    """Warn that what a counter step ``n = n + c`` adds gets no gradient through the loop.
+
+    The loop body differentiates ``n``, so the loss depends on ``c`` (and on any outer blob
+    ``c`` is computed from in the cond_net), but the gradient While, as Caffe2's, does not
+    differentiate the cond_net. A step the cond_net fills itself (the tutorial's
+    ``ops.Const(1)``) reads no outer blob: no warning.
+    """
+    flat: list[tuple[list[str], list[str]]] = []  # (inputs, outputs), outer names
+    for cop in cond_net.op:
+        if cop.type != "Do":
+            flat.append((list(cop.input), list(cop.output)))
+            continue
+        try:
+            b = check_do(cop, GenEnv())
+        except NetgradError:
+            continue
+        to_outer, tag = b.inner_to_outer, f"\0{len(flat)}\0"  # inner-local names: apart
+        flat.extend(([to_outer.get(i, tag + i) for i in o.input],
+                     [to_outer.get(x, tag + x) for x in o.output]) for o in b.subnet.op)
+    needed = set(stepped)
+    for k in range(len(flat) - 1, -1, -1):
+        ins, outs = flat[k]
+        if needed.intersection(outs):
+            needed.update(ins)
+    written: set[str] = set()
+    lost: dict[str, None] = {}
+    for ins, outs in flat:
+        lost.update((c, None) for c in ins
+                    if c in needed and c not in written and c not in stepped and "\0" not in c)
+        written.update(outs)
+    if lost:
+        shown = ", ".join(f"'{c}'" for c in lost)
+        m.env.warn(
+            "cond_net_no_gradient",
+            f"the While's cond_net steps {', '.join(repr(n) for n in stepped)} by what it "
+            f"reads from {shown}: the loop body differentiates the counter, so the loss "
+            f"depends on {shown}, but the gradient While (as Caffe2's) does not differentiate "
+            f"the cond_net, so the answer has no gradient for {shown} through this loop. Fine "
+            "for a constant step; to train it, step the counter in loop_net instead",
+            op_index=m.env.op_index, op_type=m.op.type, blobs=list(lost))
 
 
 def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:
