@@ -469,11 +469,14 @@ def gradient_for_op_read(
             f"{len(input_names)} inputs"
         )
     for gi in g_input:
-        if isinstance(gi, GradientSlice) and (not gi.indices or not gi.values):
-            raise GradientError(
-                "For sparse gradient, one should set both indices and values. "
-                f"Currently we have: ({gi.indices}, {gi.values})."
-            )
+        if isinstance(gi, GradientSlice):
+            if not gi.indices or not gi.values:
+                raise GradientError(
+                    "For sparse gradient, one should set both indices and values. "
+                    f"Currently we have: ({gi.indices}, {gi.values})."
+                )
+            if env is not None:
+                env.slices = True
     return ops, g_input, input_reads, op_ins, op_outs
 
 

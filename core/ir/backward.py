@@ -336,12 +336,13 @@ class BackwardPass(CopyOnWrite):
         ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
             self.ops[idx], g_output, env, inputs, outputs, op_type
         )
+        if env.slices:  # (a GradientSlice names forward blobs, read after the forward net)
+            env.slices, g_input = False, self._check_slices(idx, g_input)
         in_versions = self.in_versions[idx]
         out_versions = self.out_versions[idx]
-        # Names this in-place op both reads and writes, whose *input* value the gradient
-        # wants (the maker asked for I(i)): check them against the input version. Upstream
-        # checks the output version first and so lets e.g. an in-place Mul's gradient read
-        # the overwritten value silently.
+        # Names this in-place op reads and writes whose *input* value the maker asked for
+        # (I(i)): checked against the input version (upstream's output-first check let an
+        # in-place Mul's gradient read the overwritten value silently).
         wants_input: set[str] | frozenset[str] = _NO_NAMES
         self.ambiguous = _NO_NAMES
         n_in = len(inputs)
@@ -389,9 +390,8 @@ class BackwardPass(CopyOnWrite):
                     g_out_names[g.values] = j
         # CheckGradientOperatorInput, fast path: every name a gradient op reads is an output
         # gradient at its version, or a forward input/output at the version the op saw.
-        # Anything else (another version, a name an earlier gradient op of the same maker
-        # writes, an unknown name) runs the exact check from the start; this loop has no
-        # side effects, so the outcome is the exact check's.
+        # Anything else (another version, a name an earlier gradient op of the maker writes,
+        # an unknown name) runs the side-effect-free exact check from the start.
         frontier = self.frontier
         grad_frontier = self.gradient_frontier
         exact = False

@@ -46,6 +46,8 @@ class GenEnv:
         densify: where sparse and dense gradients of one blob meet, turn the sparse parts
             dense (``SparseToDense``) and sum them (opt-in; Caffe2 raises, see
             :mod:`core.ir.densify`).
+        slices: set by the registry when a maker's ``g_input`` holds a GradientSlice; the
+            pass version-checks the forward blobs it names, then clears it.
     """
 
     limits: GenLimits = field(default_factory=GenLimits)
@@ -56,6 +58,7 @@ class GenEnv:
     op_index: int = -1
     recompute: bool = False
     densify: bool = False
+    slices: bool = False
 
     def op_path(self, op_index: int, op_type: str) -> str:
         """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""

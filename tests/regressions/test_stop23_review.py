@@ -1,4 +1,8 @@
-"""Regressions of stop 23: what a While's cond_net counter step adds has no gradient.
+"""Regressions of stop 23: slices that name an overwritten index blob; cond_net steps.
+
+A GradientSlice's indices are a forward blob, read after the forward net: when a later op
+overwrote it, the gradient went to other rows (now a version error, or rebuilt with
+``recompute``).
 
 A counter step ``i = i + c`` in the cond_net (control-flow-cases §10) passes the counter's
 gradient through exactly, but ``c`` gets none: the gradient While, as Caffe2's, does not
@@ -9,12 +13,15 @@ on ``c``, so the answer now says that ``c`` has no gradient through the loop.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from api_schemas import caffe2_pb2
 from core.api import gradient_for_net
 from core.control.lowering import add_while_op
+from core.errors import NetgradError, VersionMismatchError
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
+from core.types import GradientSlice
 
 FEEDS = {"i": np.array([0.5]), "y": np.array([0.0]), "ONE": np.array([1.0]),
          "SEVEN": np.array([7.0]), "c": np.array(False)}
@@ -69,3 +76,66 @@ def test_a_counter_the_body_does_not_differentiate_warns_nothing() -> None:
     # through the trip count, which has no gradient
     net = _tutorial([make_op("Add", ["i", "ONE"], ["i"])], body_reads="SEVEN")
     assert _warned(net) == []
+
+
+# --- a GradientSlice names its index blob, which a later op overwrote ----------------------
+# Gather's gradient is GradientSlice(indices=i, values=g_grad): no op reads i, so the version
+# check never saw it, and whoever applies the slice after the forward net read the new i
+# (adversarial review, stop 23: the gradient landed on rows 1 and 3 instead of 0 and 2).
+
+def _gather_then_bump(*first: caffe2_pb2.OperatorDef, table: str = "e") -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef()
+    net.op.extend([*first, make_op("Gather", [table, "i"], ["g"]),
+                   make_op("Add", ["i", "one"], ["i"]), make_op("Mul", ["g", "g"], ["z"])])
+    return net
+
+
+def test_a_slice_whose_indices_are_overwritten_later_is_a_version_error() -> None:
+    with pytest.raises(VersionMismatchError) as info:
+        gradient_for_net(_gather_then_bump(), ["z"])
+    (p,) = info.value.problems
+    assert (p.code, p.op_index, p.op_type, p.blobs) == ("version_mismatch", 0, "Gather", ("i",))
+    assert "GradientSlice" in p.message
+    assert "write the result of op[1]:Add to a new blob" in p.message
+
+
+def test_through_ensure_dense_and_with_densify_too() -> None:
+    net = _gather_then_bump(make_op("EnsureDense", ["e"], ["h"]), table="h")
+    with pytest.raises(VersionMismatchError):
+        gradient_for_net(net, ["z"])
+    net = _gather_then_bump(make_op("Tanh", ["e"], ["t"]))
+    with pytest.raises(VersionMismatchError):
+        gradient_for_net(net, ["z", "t"], densify=True)
+
+
+def test_with_recompute_the_slice_reads_the_rebuilt_indices() -> None:
+    rng = np.random.default_rng(23)
+    e = rng.standard_normal((4, 2))
+    feeds = {"e": e, "i0": np.array([0, 2, 2], dtype=np.int32),
+             "one": np.array([1], dtype=np.int32)}
+    net = _gather_then_bump(make_op("Tanh", ["e"], ["t"]), make_op("Copy", ["i0"], ["i"]))
+    res = gradient_for_net(net, ["z", "t"], recompute=True, densify=True)
+    full = caffe2_pb2.NetDef()
+    full.CopyFrom(net)
+    full.op.extend(res.grad_ops)
+    got = execute(full, feeds)[str(res.grad_map["e"])]
+    g = e[[0, 2, 2]]
+    want = np.zeros_like(e)
+    np.add.at(want, [0, 2, 2], 2 * g)  # d(sum g*g)/de through the rows gathered
+    want += 1 - np.tanh(e) ** 2
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_gather_written_over_its_own_indices_is_refused() -> None:
+    net = caffe2_pb2.NetDef()
+    net.op.append(make_op("Gather", ["e", "i"], ["i"]))
+    with pytest.raises(NetgradError) as info:
+        gradient_for_net(net, ["i"])
+    assert "i" in info.value.problems[0].blobs
+
+
+def test_a_slice_whose_indices_stay_is_still_accepted() -> None:
+    net = caffe2_pb2.NetDef()
+    net.op.extend([make_op("Gather", ["e", "i"], ["g"]), make_op("Mul", ["g", "g"], ["z"])])
+    res = gradient_for_net(net, ["z"])
+    assert res.grad_map["e"] == GradientSlice("i", "g_grad")
