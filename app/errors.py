@@ -18,7 +18,9 @@ Status codes:
 * 503 - :class:`~core.errors.BusyError`: every execution worker stayed busy past the queue
   limit, the job queue is full, a worker died under the job
   (:class:`~core.errors.WorkerLostError`), or an admission bound was reached (retry later);
-  or verification/run without workers.
+  or verification/run without workers;
+* 500 - :class:`~core.errors.InternalError`: a job failed in the worker with an exception
+  netgrad did not expect (a bug, reported with its text and the request ID).
 
 Every 503 and 429 carries ``Retry-After`` (seconds). A client that disconnects before its
 body arrived is logged as one info line; no answer is sent.
@@ -49,6 +51,7 @@ from core.errors import (
     DecodeError,
     ExecutionError,
     GradientError,
+    InternalError,
     InvalidNetError,
     InvalidRequestError,
     LimitExceededError,
@@ -111,6 +114,8 @@ def status_for(exc: NetgradError) -> int:
     """HTTP status of an engine error (see the module docstring)."""
     if isinstance(exc, BusyError):
         return 503
+    if isinstance(exc, InternalError):  # (before ExecutionError, its base)
+        return 500
     if isinstance(exc, DecodeError | InvalidRequestError):
         return 400
     if isinstance(exc, LimitExceededError):

@@ -101,6 +101,14 @@ class ExecutionError(NetgradError):
     code = "execution_error"
 
 
+class InternalError(ExecutionError):
+    """netgrad itself failed unexpectedly (a bug): a job raised an exception that is no
+    :class:`NetgradError` in the worker. A server-side fault, not the request's (HTTP 500,
+    where other execution errors are 422)."""
+
+    code = "internal_error"
+
+
 class BusyError(NetgradError):
     """Every execution worker stayed busy longer than the queue limit; retry later."""
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
 import multiprocessing
 import os
 import queue
@@ -39,6 +40,7 @@ from typing import Any
 
 from core.errors import (
     ExecutionError,
+    InternalError,
     LimitExceededError,
     NetgradError,
     QueueTimeoutError,
@@ -47,6 +49,8 @@ from core.errors import (
 from core.executor.limits import RunLimits
 from core.executor.observer import PoolObserver, PoolStatus, limit_of
 from core.types import Diagnostic
+
+log = logging.getLogger("netgrad.pool")
 
 #: Extra seconds the parent waits past the wall-clock limit, so a worker that stops itself
 #: (the executor checks the deadline between ops) reports its own, more precise error.
@@ -469,4 +473,8 @@ class WorkerPool:
             raise LimitExceededError(
                 reply[1], [Diagnostic("error", "memory_exceeded", reply[1])]
             )
-        raise ExecutionError(f"job failed in the worker: {reply[1]}")
+        log.error("job failed in the worker with an unexpected error: %s", reply[1])
+        raise InternalError(
+            f"the job failed in the worker with an unexpected error ({reply[1][:300]}); "
+            "this is a netgrad bug, not a problem of the request: report it with the "
+            "request ID")

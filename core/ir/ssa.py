@@ -232,11 +232,15 @@ class ForwardSSA:
             tuple(blobs),
         )
 
+    def where(self, idx: int) -> str:
+        """Op ``idx`` as messages name it, from the top net: ``op[0]:If/then_net/op[1]:Mul``."""
+        return self.env.op_path(idx + self.offset, self.op_types[idx])
+
     def version_history(self, name: str) -> str:
         """Readable version history of blob ``name`` (upstream's "DEBUG HELP")."""
         lines = []
-        for idx, op in enumerate(self.ops):
-            where = f"op[{idx + self.offset}]:{op.type}"
+        for idx in range(len(self.ops)):
+            where = self.where(idx)
             if name in self.in_versions[idx]:
                 lines.append(f"  version (in) {self.in_versions[idx][name]} <-- {where}")
             if name in self.out_versions[idx]:
@@ -312,8 +316,8 @@ class ForwardSSA:
         w_type = self.op_types[writer]
         self.env.warn(
             "dead_write",
-            f"op[{writer + self.offset}]:{w_type} writes '{name}' (version {version}) but no "
-            f"op reads it before op[{idx + self.offset}]:{self.op_types[idx]} overwrites it, "
+            f"{self.where(writer)} writes '{name}' (version {version}) but no op reads it "
+            f"before {self.where(idx)} overwrites it, "
             "so that write gets no gradient (was an op added twice?)",
             op_index=writer + self.offset,
             op_type=w_type,

@@ -149,9 +149,9 @@ class VersionedSSA(ForwardSSA):
             # so neither can be redirected (issue 7, fuzzer F4).
             raise VersionMismatchError.at(
                 f'Gradient operator reads "{name}" at several inputs, both the value the '
-                f"in-place op[{idx + self.offset}]:{self.op_types[idx]} overwrote and the one "
-                "it wrote, so recompute cannot redirect one of them. Write the op's result "
-                f"to a new blob instead of overwriting '{name}' in place.\n"
+                f"in-place {self.where(idx)} overwrote and the one it wrote, so recompute "
+                "cannot redirect one of them. Write the op's result to a new blob instead of "
+                f"overwriting '{name}' in place.\n"
                 f"Version history of {name}:\n{self.version_history(name)}",
                 blobs=(name,),
             )
@@ -211,7 +211,7 @@ class VersionedSSA(ForwardSSA):
         self.env.warn(
             "recomputed_forward_value",
             f"{name} (version {version}) was overwritten in place before the backward pass; "
-            f"op[{p + self.offset}]:{op.type} is re-run into {self._recomputed[key]}",
+            f"{self.where(p)} is re-run into {self._recomputed[key]}",
             op_index=p + self.offset,
             op_type=op.type,
             blobs=(name, self._recomputed[key]),
@@ -250,7 +250,7 @@ class VersionedSSA(ForwardSSA):
                 "op, so there is nothing to re-run"
             )
         op = self.ops[p]
-        where = f"op[{p + self.offset}]:{op.type}"
+        where = self.where(p)
         if op.type in self._NOT_RECOMPUTABLE or (op.type == "Dropout" and not is_identity(op)):
             kind = (
                 "a control op" if op.type in CONTROL_OP_TYPES
@@ -273,7 +273,7 @@ class VersionedSSA(ForwardSSA):
             obstacle = "the chain of in-place rewrites is too long to replay"
         later = self.producer(name, version + 1)
         overwriter = (
-            "a later op" if later is None else f"op[{later + self.offset}]:{self.op_types[later]}"
+            "a later op" if later is None else self.where(later)
         )
         keep = (
             f"write the result of {overwriter} to a new blob instead of overwriting '{name}' "

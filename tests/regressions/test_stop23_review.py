@@ -139,3 +139,16 @@ def test_a_slice_whose_indices_stay_is_still_accepted() -> None:
     net.op.extend([make_op("Gather", ["e", "i"], ["g"]), make_op("Mul", ["g", "g"], ["z"])])
     res = gradient_for_net(net, ["z"])
     assert res.grad_map["e"] == GradientSlice("i", "g_grad")
+
+
+def test_a_version_error_inside_a_sub_net_names_ops_by_their_full_path() -> None:
+    # the problem's path was right, its text named "op[1]:Mul" as if at the top level
+    then = caffe2_pb2.NetDef(name="then")
+    then.op.extend([make_op("Mul", ["x", "w"], ["y"]), make_op("Scale", ["x"], ["x"])])
+    net = caffe2_pb2.NetDef()
+    net.op.append(make_op("If", ["c", "x", "w"], ["y", "x"], [make_arg("then_net", then)]))
+    with pytest.raises(VersionMismatchError) as info:
+        gradient_for_net(net, ["y"])
+    (p,) = info.value.problems
+    assert p.path == "op[0]:If/then_net/op[0]:Mul"
+    assert "op[0]:If/then_net/op[1]:Scale" in p.message

@@ -221,6 +221,18 @@ def test_other_exceptions_become_execution_errors(pool: WorkerPool) -> None:
         pool.submit(_raise_value_error)
 
 
+def test_an_unexpected_exception_is_an_internal_error_not_the_requests(
+        pool: WorkerPool) -> None:
+    # a bug of netgrad's: a 500, where execution errors of the request are 422 (stop 23: an
+    # in-place Gather's verify job answered "422 ... ValueError: cannot reshape array")
+    from app.errors import status_for
+    from core.errors import InternalError
+
+    with pytest.raises(InternalError, match="netgrad bug") as info:
+        pool.submit(_raise_value_error)
+    assert status_for(info.value) == 500 and info.value.problems[0].code == "internal_error"
+
+
 def test_closed_pool_refuses_jobs() -> None:
     p = WorkerPool(1, RunLimits(wall_clock_s=5))
     assert p.submit(_sleep, 0.0) == "woke"
