@@ -82,11 +82,22 @@ def check_do(op: OperatorDef, env: GenEnv) -> DoBindings:
     problems: list[str] = []
     if op.type != "Do":
         problems.append("Expected Do op")
-    subnet = net_argument(op, "net")
+    subnet: NetDef | None = None
+    net_seen = False  # the first "net" argument decides (find_arg)
+    inner_args: list[caffe2_pb2.Argument] = []
+    idx_args: list[caffe2_pb2.Argument] = []
+    for a in op.arg:  # (one pass: this runs twice per Do, on the op and on its gradient)
+        name = a.name
+        if name == "net":
+            if not net_seen:
+                net_seen = True
+                subnet = a.n if a.HasField("n") else None
+        elif name == "inner_blobs":
+            inner_args.append(a)
+        elif name == "outer_blobs_idx":
+            idx_args.append(a)
     if subnet is None:
         problems.append("No net argument found in Do op")
-    inner_args = [a for a in op.arg if a.name == "inner_blobs"]
-    idx_args = [a for a in op.arg if a.name == "outer_blobs_idx"]
     inner: list[str] = []
     idx: list[int] = []
     for args, label in ((inner_args, "inner_blobs"), (idx_args, "outer_blobs_idx")):
@@ -110,19 +121,20 @@ def check_do(op: OperatorDef, env: GenEnv) -> DoBindings:
             f"Invalid blob bindings: different inner/outer blobs lengths "
             f"(inner_blobs has {len(inner)}, outer_blobs_idx has {len(idx)})"
         )
-    dup_inner = [n for i, n in enumerate(inner) if n in inner[:i]]
-    if dup_inner:
+    if len(set(inner)) != len(inner):
+        dup_inner = [n for i, n in enumerate(inner) if n in inner[:i]]
         problems.append(f"Invalid blob bindings: redefinition of inner blob {dup_inner[0]}")
-    if not len(op.input) or not len(op.output):
+    op_in, op_out = op.input[:], op.output[:]
+    if not op_in or not op_out:
         problems.append("Expected at least one input blob and one output blob (the workspace)")
-    ws = op.input[-1] if len(op.input) else ""
-    if len(op.input) and len(op.output) and op.input[-1] != op.output[-1]:
+    ws = op_in[-1] if op_in else ""
+    if op_in and op_out and op_in[-1] != op_out[-1]:
         problems.append(
-            f"Expected same input/output workspace blob (last input '{op.input[-1]}', "
-            f"last output '{op.output[-1]}')"
+            f"Expected same input/output workspace blob (last input '{op_in[-1]}', "
+            f"last output '{op_out[-1]}')"
         )
-    ins = list(op.input[:-1])
-    outs = list(op.output[:-1])
+    ins = op_in[:-1]
+    outs = op_out[:-1]
     if len(set(ins)) != len(ins):
         problems.append("Duplicate input blobs")
     if len(set(outs)) != len(outs):
