@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from api_schemas import caffe2_pb2
+from core.control import while_steps
 from core.control.renaming import rename_control_output, rename_outer
 from core.control.subnets import (
     bool_arg,
@@ -107,7 +108,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         env.counters.clear()
         env.counters.update(counters)
         sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
-    _refuse_cond_net_values(m, seeds, sub.grad_map)
+    stepped = _refuse_cond_net_values(m, seeds, sub.grad_map)
     cond_name = env.unique_net_name("gradient_loop_cond_net")
     cond_blob = cond_name + "/cond"
     cond_net = NetDef()
@@ -152,6 +153,19 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         else:
             loop_map.pop(blob, None)
     loop_ops.extend(entry_zero)
+    if not any(o.type == "Do" and o.is_gradient_op and o.output[-1:] == [workspace]
+               for o in loop_ops):
+        # The body's gradient is empty (nothing it computes has a gradient), yet a carried
+        # blob's gradient passes through: a gradient iteration must still pop its saved
+        # workspace, or HasScope stays true and the gradient While never ends (fuzzer,
+        # stop 23: ys = the counter). A gradient Do with an empty net does just that.
+        pop = gradient_control_op(body)
+        pop.input.extend([cond_blob, workspace])
+        pop.output.append(workspace)
+        put_net(pop, "net", NetDef(name=env.unique_net_name("gradient_pop_net")), [])
+        pop.arg.extend([make_arg("inner_blobs", ["_pop"]), make_arg("outer_blobs_idx", [0])])
+        loop_ops.insert(0, pop)
+    step_sums = while_steps.accumulate(m, stepped, seeds, cond_net, init_ops)
     # Loop-invariant inputs (read by every iteration, never written by the loop) receive
     # one gradient contribution per iteration. Upstream's gradient body overwrote them, so
     # only the first iteration's contribution survived. netgrad sums them into a private
@@ -174,11 +188,12 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         after_ops.append(make_op("Copy", [acc], [lg]))
     loop_in, loop_out = io_names(loop_ops)
     grad = gradient_control_op(op)
-    grad.input.extend([cond_blob, *loop_in])
+    grad.input.extend([cond_blob, *(n for n in loop_in if n != cond_blob)])
     grad.output.extend(loop_out)
     put_net(grad, "loop_net", sub.header, loop_ops)
     grad.arg.append(make_arg("cond_net", cond_net))
     m.g_input = [loop_map.get(i) if k else None for k, i in enumerate(op.input)]
+    while_steps.emit(m, step_sums, after_ops)
     env.warn(
         "while_keeps_workspaces",
         "the gradient While pops one saved forward workspace per iteration: the forward "
@@ -191,7 +206,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
 
 
 def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
-                            body_grads: Mapping[str, object]) -> None:
+                            body_grads: Mapping[str, object]) -> list[str]:
     """Refuse a ``cond_net`` that computes a value whose gradient is needed.
 
     Caffe2's gradient While has no gradient of the forward ``cond_net`` (spec §3.5; upstream
@@ -205,18 +220,22 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
 
     A step ``n = Add(n, c)`` / ``Sub(n, c)`` / ``Sum(n, c...)`` whose other inputs the loop
     does not carry (the Control_Ops tutorial's ``i = i + ONE``, control-flow-cases §10) has
-    derivative 1 in ``n``, so passing its gradient through is exact: allowed.
+    derivative 1 in ``n``, so passing its gradient through is exact: allowed (what ``c``
+    gets: :mod:`core.control.while_steps`).
 
     Args:
         seeds: While output -> incoming gradient (``None``: none).
         body_grads: outer blob -> gradient, from the loop body's gradient.
+
+    Returns:
+        The stepped blobs ``n`` that have a gradient.
 
     Raises:
         InvalidNetError: code ``unsupported_loop``, naming the blobs.
     """
     cond_net = net_argument(m.op, "cond_net")
     if cond_net is None:
-        return
+        return []
     writes: dict[str, None] = {}
     steps: dict[str, bool] = {}  # blob -> every write of it is a step n += c (so far)
     for cop in cond_net.op:
@@ -228,9 +247,8 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     bad = [n for n in writes if n != cond and not steps[n]
            and (body_grads.get(n) is not None or seeds.get(n) is not None)]
     if not bad:
-        _warn_step_operands(m, cond_net, [n for n in writes if n != cond and (
-            body_grads.get(n) is not None or seeds.get(n) is not None)])
-        return
+        return [n for n in writes if n != cond and (
+            body_grads.get(n) is not None or seeds.get(n) is not None)]
     shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
     raise invalid_net(
         m.env, m.op,
@@ -239,49 +257,6 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
         "the cond_net, so that part of the gradient would be lost. Compute these values in "
         "loop_net and let the cond_net write only the condition",
         "unsupported_loop", blobs=bad)
-
-
-def _warn_step_operands(m: GradientMaker, cond_net: NetDef, stepped: Sequence[str]) -> None:
-    """Warn that what a counter step ``n = n + c`` adds gets no gradient through the loop.
-
-    The loop body differentiates ``n``, so the loss depends on ``c`` (and on any outer blob
-    ``c`` is computed from in the cond_net), but the gradient While, as Caffe2's, does not
-    differentiate the cond_net. A step the cond_net fills itself (the tutorial's
-    ``ops.Const(1)``) reads no outer blob: no warning.
-    """
-    flat: list[tuple[list[str], list[str]]] = []  # (inputs, outputs), outer names
-    for cop in cond_net.op:
-        if cop.type != "Do":
-            flat.append((list(cop.input), list(cop.output)))
-            continue
-        try:
-            b = check_do(cop, GenEnv())
-        except NetgradError:
-            continue
-        to_outer, tag = b.inner_to_outer, f"\0{len(flat)}\0"  # inner-local names: apart
-        flat.extend(([to_outer.get(i, tag + i) for i in o.input],
-                     [to_outer.get(x, tag + x) for x in o.output]) for o in b.subnet.op)
-    needed = set(stepped)
-    for k in range(len(flat) - 1, -1, -1):
-        ins, outs = flat[k]
-        if needed.intersection(outs):
-            needed.update(ins)
-    written: set[str] = set()
-    lost: dict[str, None] = {}
-    for ins, outs in flat:
-        lost.update((c, None) for c in ins
-                    if c in needed and c not in written and c not in stepped and "\0" not in c)
-        written.update(outs)
-    if lost:
-        shown = ", ".join(f"'{c}'" for c in lost)
-        m.env.warn(
-            "cond_net_no_gradient",
-            f"the While's cond_net steps {', '.join(repr(n) for n in stepped)} by what it "
-            f"reads from {shown}: the loop body differentiates the counter, so the loss "
-            f"depends on {shown}, but the gradient While (as Caffe2's) does not differentiate "
-            f"the cond_net, so the answer has no gradient for {shown} through this loop. Fine "
-            "for a constant step; to train it, step the counter in loop_net instead",
-            op_index=m.env.op_index, op_type=m.op.type, blobs=list(lost))
 
 
 def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:

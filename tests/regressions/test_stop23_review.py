@@ -5,9 +5,10 @@ overwrote it, the gradient went to other rows (now a version error, or rebuilt w
 ``recompute``).
 
 A counter step ``i = i + c`` in the cond_net (control-flow-cases §10) passes the counter's
-gradient through exactly, but ``c`` gets none: the gradient While, as Caffe2's, does not
-differentiate the cond_net. When the loop body differentiates the counter, the loss depends
-on ``c``, so the answer now says that ``c`` has no gradient through the loop.
+gradient through exactly, but ``c`` got none (the gradient While, as Caffe2's, does not
+differentiate the cond_net), although the loss depends on ``c`` when the loop body
+differentiates the counter. ``c`` now gets its gradient; a step computed inside the cond_net
+from an outer blob is warned about (``cond_net_no_gradient``).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ FEEDS = {"i": np.array([0.5]), "y": np.array([0.0]), "ONE": np.array([1.0]),
 
 
 def _tutorial(step_ops: list[caffe2_pb2.OperatorDef], body_reads: str = "i",
-              inputs: tuple[str, ...] = ("c", "i", "y", "ONE", "SEVEN")) -> caffe2_pb2.NetDef:
+              inputs: tuple[str, ...] = ("c", "i", "y", "ONE", "SEVEN"),
+              body_sum: list[str] | None = None) -> caffe2_pb2.NetDef:
     net = caffe2_pb2.NetDef(name="t")
     body, cond = caffe2_pb2.NetDef(name="body"), caffe2_pb2.NetDef(name="cond")
-    body.op.append(make_op("Sum", ["y", body_reads], ["y"]))
+    body.op.append(make_op("Sum", body_sum or ["y", body_reads], ["y"]))
     cond.op.extend([*step_ops, make_op("LE", ["i", "SEVEN"], ["c"])])
     add_while_op(net, "c", list(inputs), body, cond)
     return net
@@ -46,15 +48,39 @@ def _warned(net: caffe2_pb2.NetDef) -> list[tuple[str, ...]]:
     return [d.blobs for d in res.diagnostics if d.code == "cond_net_no_gradient"]
 
 
-def test_a_fed_step_is_named_and_the_loss_does_depend_on_it() -> None:
-    net = _tutorial([make_op("Add", ["i", "ONE"], ["i"])])
-    assert _warned(net) == [("ONE",)]
+def _numeric(net: caffe2_pb2.NetDef, feeds: dict[str, np.ndarray], blob: str) -> float:
+    eps = 1e-4
+    up = _y(net, {**feeds, blob: feeds[blob] + eps})
+    down = _y(net, {**feeds, blob: feeds[blob] - eps})
+    return (up - down) / (2 * eps)
+
+
+def _analytic(net: caffe2_pb2.NetDef, feeds: dict[str, np.ndarray]) -> dict[str, float]:
     res = gradient_for_net(net, {"y": None})
-    assert "ONE" not in res.grad_map  # (as Caffe2: no gradient through the cond_net)
-    eps = 1e-3  # y = sum of i over the iterations: it moves with ONE (6 iterations here)
-    up = _y(net, {**FEEDS, "ONE": np.array([1.0 + eps])})
-    down = _y(net, {**FEEDS, "ONE": np.array([1.0 - eps])})
-    assert abs((up - down) / (2 * eps)) > 1.0
+    full = caffe2_pb2.NetDef()
+    full.CopyFrom(net)
+    full.op.extend(res.grad_ops)
+    out = execute(full, feeds)
+    return {b: float(out[g][0]) for b, g in res.grad_map.items() if isinstance(g, str)}
+
+
+@pytest.mark.parametrize(("step", "body", "feeds"), [
+    ("Add", ["y", "i"], {}),  # the tutorial with ONE fed: y = 1.5 + ... + 6.5
+    ("Add", ["y", "i", "ONE"], {"ONE": np.array([1.1])}),  # ONE read by the body as well
+    ("Sub", ["y", "i"], {"i": np.array([9.5]), "SEVEN": np.array([3.0])}),  # zero trips
+    ("Sub", ["y", "i"], {"i": np.array([9.5]), "SEVEN": np.array([-2.0])}),
+    ("Sum", ["y", "i"], {"ONE": np.array([0.7])}),  # i = i + ONE + ONE
+])
+def test_a_fed_step_operand_gets_its_gradient_through_the_cond_net(
+        step: str, body: list[str], feeds: dict[str, np.ndarray]) -> None:
+    # it used to get none: dL/dONE = sum over the condition evaluations of dL/di
+    ins = ["i", "ONE", "ONE"] if step == "Sum" else ["i", "ONE"]
+    net = _tutorial([make_op(step, ins, ["i"])], body_sum=body)
+    fed = {**FEEDS, **feeds}
+    assert _warned(net) == []
+    got = _analytic(net, fed)
+    for blob in ("i", "ONE", "y"):
+        assert got.get(blob, 0.0) == pytest.approx(_numeric(net, fed, blob), abs=1e-6), blob
 
 
 def test_a_step_the_cond_net_fills_itself_is_not_warned_about() -> None:
@@ -152,3 +178,21 @@ def test_a_version_error_inside_a_sub_net_names_ops_by_their_full_path() -> None
     (p,) = info.value.problems
     assert p.path == "op[0]:If/then_net/op[0]:Mul"
     assert "op[0]:If/then_net/op[1]:Scale" in p.message
+
+
+def test_a_while_whose_body_gradient_is_empty_still_ends() -> None:
+    # ys = the counter: the body's Sum(y, i) gives y no gradient, so the gradient body was
+    # empty, nothing popped the saved workspaces and the gradient While never ended (the
+    # executor stopped it after 100 000 iterations; Caffe2 would hang). Found by the fuzzer.
+    fill = make_op("ConstantFill", [], ["one"], [make_arg("shape", [1]), make_arg("value", 1.0)])
+    for steps, ins, want in (
+            ([fill, make_op("Add", ["i", "one"], ["i"])], ("c", "i", "y", "SEVEN"), {"i": 1.0}),
+            ([make_op("Add", ["i", "ONE"], ["i"])], ("c", "i", "y", "ONE", "SEVEN"),
+             {"i": 1.0, "ONE": 7.0})):  # i ends as 0.5 + 7 ONE: 7 tests, 6 trips
+        net = _tutorial(steps, inputs=ins)
+        res = gradient_for_net(net, ["i"])
+        full = caffe2_pb2.NetDef()
+        full.CopyFrom(net)
+        full.op.extend(res.grad_ops)
+        out = execute(full, FEEDS)
+        assert {b: float(out[str(g)][0]) for b, g in res.grad_map.items()} == want
