@@ -239,6 +239,8 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     writes: dict[str, None] = {}
     steps: dict[str, bool] = {}  # blob -> every write of it is a step n += c (so far)
     for cop in cond_net.op:
+        if cop.type == "Do":
+            check_do(cop, m.env)  # malformed bindings are a 422 here too, as /v1/run says
         outs = cop.output[:-1] if cop.type == "Do" else cop.output
         writes.update(dict.fromkeys(outs))
         for n in outs:

@@ -169,9 +169,10 @@ class BackwardPass(CopyOnWrite):
         for idx in range(n - 1, -1, -1):
             try:
                 if idx in undeclared:
-                    collisions.refuse_hidden_writes(self.ops, self.op_outputs, idx,
-                                                    undeclared[idx], input_to_grad, self._problem)
+                    collisions.refuse_hidden_writes(self, idx, undeclared, input_to_grad)
                 self._gradients_for_op(idx, input_to_grad, grad_ops)
+                if idx in undeclared:  # (its own gradient ops end here)
+                    collisions.mark_hidden(self, idx, undeclared, grad_ops)
             except NetgradError as exc:
                 problems.extend(self._locate(exc, idx))
                 error_types.append(type(exc))
@@ -194,8 +195,7 @@ class BackwardPass(CopyOnWrite):
                 + first.split("\n", 1)[0]
             )
             raise cls(head, problems)
-        collisions.check_generated_names(self.frontier, ys, grad_ops, seed_ops,
-                                         CONTROL_OP_TYPES, self._first_touch)
+        collisions.after_pass(self, ys, grad_ops, seed_ops, CONTROL_OP_TYPES, input_to_grad)
         return grad_ops, self._ordered_map(input_to_grad)
 
     def _first_touch(self, name: str) -> tuple[int, str, str]:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.errors import InvalidNetError
 from core.registry import GradientStatus, get_entry
-from core.types import Diagnostic, GradValue, grad_names
+from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -140,10 +141,14 @@ def refuse_duplicate_outputs(op_type: str, outputs: Sequence[str],
         op_type=op_type if path is not None else None, path=path)
 
 
-def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequence[str]],
-                         idx: int, names: Sequence[str],
-                         input_to_grad: Mapping[str, GradValue],
-                         problem: Callable[[str, str, int, list[str]], Diagnostic]) -> None:
+def mark_hidden(bp: Any, idx: int, undeclared: Mapping[int, Sequence[str]],
+                grad_ops: Sequence[OperatorDef]) -> None:
+    """Note where the gradient ops of ops before If/While ``idx`` start (:func:`after_pass`)."""
+    bp.__dict__.setdefault("hidden_writes", []).append((len(grad_ops), idx, list(undeclared[idx])))
+
+
+def refuse_hidden_writes(bp: Any, idx: int, undeclared: Mapping[int, Sequence[str]],
+                         input_to_grad: Mapping[str, GradValue]) -> None:
     """Refuse an If/While whose sub-net writes, undeclared, a blob with a gradient here.
 
     The SSA does not see such a write (Caffe2 neither), so the gradient of the value the
@@ -151,17 +156,19 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
     gradient (``z = Scale(x); If(then: z = Mul(x, x))`` gave ``dz/dx = 1``; adversarial
     review, stop 21). Allowed as upstream (control-flow-cases §1 b) when nothing flows on:
     the earlier writer reads no blob, or has no gradient (Mask R-CNN2Go's ``ConstantFill`` of
-    ``mask_fcn_probs``, with or without a shape input).
+    ``mask_fcn_probs``, with or without a shape input). A gradient op of an earlier op that
+    reads the blob is refused by :func:`after_pass`.
 
     Args:
-        ops, op_outputs: the forward ops of this net level and their output names.
-        idx: the If/While's index; ``names``: the outer blobs its sub-nets write undeclared.
+        bp: the backward pass (its forward ops, their output names and ``_problem``).
+        idx: the If/While's index; ``undeclared[idx]``: the outer blobs its sub-nets write
+            undeclared.
         input_to_grad: blob -> gradient of its value after op ``idx``.
-        problem: ``(code, message, idx, blobs)`` -> the located problem.
 
     Raises:
         InvalidNetError: code ``undeclared_branch_write``, naming the blobs.
     """
+    ops, op_outputs, problem, names = bp.ops, bp.op_outputs, bp._problem, undeclared[idx]
     bad = []
     for name in names:
         if input_to_grad.get(name) is None:
@@ -178,6 +185,39 @@ def refuse_hidden_writes(ops: Sequence[OperatorDef], op_outputs: Sequence[Sequen
            "gradient would reach the value written before instead. Declare it as an output "
            f"of the {op_type} (add_if_op / add_while_op do), or write the result to a new blob")
     raise InvalidNetError(msg, [problem("undeclared_branch_write", msg, idx, bad)])
+
+
+def after_pass(bp: Any, ys: Mapping[str, GradValue], grad_ops: Sequence[OperatorDef],
+               seed_ops: Sequence[OperatorDef], control_types: Collection[str],
+               input_to_grad: Mapping[str, GradValue]) -> None:
+    """The pass's last checks: :func:`check_generated_names`, then hidden reads.
+
+    A gradient op of an op before an If/While (emitted after the If/While's own, so at or
+    past the mark :func:`refuse_hidden_writes` recorded) that reads a blob the If/While's
+    sub-net writes undeclared reads the branch's value, not the one its forward op read:
+    ``MulGradient`` read ``x`` tripled by an ``If`` (adversarial review, stop 23); so does a
+    GradientSlice naming it (``Gather``'s indices).
+
+    Raises:
+        InvalidNetError: code ``undeclared_branch_write`` at the If/While.
+        GradientError: see :func:`check_generated_names`.
+    """
+    check_generated_names(bp.frontier, ys, grad_ops, seed_ops, control_types, bp._first_touch)
+    slices = {n for g in input_to_grad.values() if isinstance(g, GradientSlice) for n in g}
+    for mark, idx, names in bp.__dict__.get("hidden_writes", ()):
+        hidden = set(names)
+        read = [n for n in names if n in slices] + [
+            n for gop in grad_ops[mark:] for n in gop.input if n in hidden]
+        if not read:
+            continue
+        bad = list(dict.fromkeys(read))
+        op_type = bp.ops[idx].type
+        msg = (f"{op_type}'s sub-net writes {', '.join(repr(b) for b in bad[:10])} without the "
+               "op declaring it as an output, and the gradient of an earlier op reads it: the "
+               "backward pass cannot see that write, so that gradient would use the branch's "
+               f"value. Declare it as an output of the {op_type} (add_if_op / add_while_op "
+               "do), or write the result to a new blob")
+        raise InvalidNetError(msg, [bp._problem("undeclared_branch_write", msg, idx, bad)])
 
 
 def _stops_gradient(op_type: str) -> bool:

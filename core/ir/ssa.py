@@ -25,6 +25,10 @@ OperatorDef = caffe2_pb2.OperatorDef
 CONTROL_OP_TYPES = ("Do", "If", "While")
 
 
+#: Lines of a version history a message shows at most.
+_HISTORY_LINES = 20
+
+
 class ForwardSSA:
     """SSA record of a forward op list (Caffe2 ``IR`` after ``Play``, spec §2.4).
 
@@ -238,8 +242,11 @@ class ForwardSSA:
 
     def version_history(self, name: str) -> str:
         """Readable version history of blob ``name`` (upstream's "DEBUG HELP")."""
-        lines = []
+        lines: list[str] = []
         for idx in range(len(self.ops)):
+            if len(lines) >= _HISTORY_LINES:  # (one error per op of a long net: keep it linear)
+                lines.append("  ...")
+                break
             where = self.where(idx)
             if name in self.in_versions[idx]:
                 lines.append(f"  version (in) {self.in_versions[idx][name]} <-- {where}")

@@ -513,6 +513,12 @@ def gather_grad(m: GradientMaker) -> list[OperatorDef]:
     """
     axis = m.arg_i("axis", 0)
     dense = bool(m.arg_i("dense_gradient", 0))
+    if m.op.output[0] in m.op.input[:]:
+        # Caffe2's Gather allows no in-place use; written over DATA, the gradient of DATA
+        # (its slice values) and of the gathered rows share one blob, which an earlier
+        # gradient op overwrote (adversarial review, stop 23)
+        raise GradientError(f"Gather writes its output over its input '{m.op.output[0]}' in "
+                            "place; write the gathered rows to a new blob")
     if axis == 0:
         if dense:
             return [m.make_op("SparseToDense", [m.I(1), m.GO(0), m.I(0)], [m.GI(0)])]

@@ -136,6 +136,11 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
 #: json_format's prefix for the field whose value it could not parse, one per level.
 _FAILED = "Failed to parse "
 _AT = re.compile(r" at [\w.\[\]]+$")
+#: Python's words for a JSON value's type, in json_format's reasons (``not 'list'``).
+_REFUSED_TYPE = re.compile(r"(?:must be a string, a bytes-like object or a real number, not|"
+                           r"expected string or bytes-like object, got) '(?P<type>\w+)'")
+_JSON_KINDS = {"list": "an array", "dict": "an object", "str": "a string", "int": "a number",
+               "float": "a number", "bool": "true or false", "NoneType": "null"}
 #: json_format's reasons that quote Python or its own internals, with the value refused.
 _REFUSED_VALUE = re.compile(
     r"^(?:invalid literal for int\(\) with base 10: |Couldn't parse \w+(?: value)?: "
@@ -184,6 +189,13 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     if refused is not None:  # the value, not how the parser failed on it
         return DecodeError.at(f"{head}, got {refused['value'][:200]}", path=path,
                               code="invalid_field")
+    typed = _REFUSED_TYPE.search(reason)
+    if typed is not None:
+        got = _JSON_KINDS.get(typed["type"], typed["type"])
+        return DecodeError.at(f"{head}, got {got}", path=path, code="invalid_field")
+    if reason.startswith("Value out of range: "):
+        return DecodeError.at(f"{head}, got {reason[20:220]}, which is out of range",
+                              path=path, code="invalid_field")
     return DecodeError.at(f"{head} ({reason})", path=path, code="invalid_field")
 
 

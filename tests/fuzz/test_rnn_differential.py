@@ -22,7 +22,7 @@ SETTINGS = settings(_BASE, max_examples=min(_BASE.max_examples, CI_RNN_EXAMPLES)
     _BASE.max_examples <= CI_EXAMPLES) else _BASE
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900 if SETTINGS.max_examples <= CI_EXAMPLES else 0)  # (long: no limit)
 @SETTINGS
 @given(case=rnn_fuzz_cases())
 def test_rnn_gradient_is_clean_4xx_or_right(case: FuzzCase) -> None:

@@ -19,7 +19,7 @@ import pytest
 from api_schemas import caffe2_pb2
 from core.api import gradient_for_net
 from core.control.lowering import add_while_op
-from core.errors import NetgradError, VersionMismatchError
+from core.errors import InvalidNetError, NetgradError, VersionMismatchError
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
 from core.types import GradientSlice
@@ -157,7 +157,12 @@ def test_a_gather_written_over_its_own_indices_is_refused() -> None:
     net.op.append(make_op("Gather", ["e", "i"], ["i"]))
     with pytest.raises(NetgradError) as info:
         gradient_for_net(net, ["i"])
-    assert "i" in info.value.problems[0].blobs
+    assert "in place" in info.value.message
+    net = caffe2_pb2.NetDef()  # over DATA, with densify: the slice values were overwritten
+    net.op.extend([make_op("Tanh", ["e"], ["t"]), make_op("Gather", ["e", "i"], ["e"]),
+                   make_op("Mul", ["e", "e"], ["z"])])
+    with pytest.raises(NetgradError, match="in place"):
+        gradient_for_net(net, ["z", "t"], densify=True)
 
 
 def test_a_slice_whose_indices_stay_is_still_accepted() -> None:
@@ -196,3 +201,31 @@ def test_a_while_whose_body_gradient_is_empty_still_ends() -> None:
         full.op.extend(res.grad_ops)
         out = execute(full, FEEDS)
         assert {b: float(out[str(g)][0]) for b, g in res.grad_map.items()} == want
+
+
+def _if_writes(sub_op: caffe2_pb2.OperatorDef, *before: caffe2_pb2.OperatorDef
+               ) -> caffe2_pb2.NetDef:
+    then = caffe2_pb2.NetDef(name="t")
+    then.op.append(sub_op)
+    net = caffe2_pb2.NetDef()
+    net.op.extend([*before, make_op("If", ["c"], [], [make_arg("then_net", then)])])
+    return net
+
+
+def test_an_undeclared_branch_write_an_earlier_gradient_reads_is_refused() -> None:
+    # MulGradient read x after an If tripled it (dy/dw was 3x); Gather's slice named indices
+    # an If bumped (the gradient landed on row 1): both were 200s with a warning
+    dense = _if_writes(make_op("Scale", ["x"], ["x"], [make_arg("scale", 3.0)]),
+                       make_op("Mul", ["x", "w"], ["y"]))
+    sparse = _if_writes(make_op("Add", ["i", "one"], ["i"]), make_op("Gather", ["e", "i"], ["g"]),
+                        make_op("Mul", ["g", "g"], ["z"]))
+    for net, ys in ((dense, ["y"]), (sparse, ["z"])):
+        with pytest.raises(InvalidNetError) as info:
+            gradient_for_net(net, ys)
+        (p,) = info.value.problems
+        assert (p.code, p.op_type) == ("undeclared_branch_write", "If")
+    # an earlier op whose gradient does not read the blob: still a warning, as before
+    ok = _if_writes(make_op("Scale", ["x"], ["x"], [make_arg("scale", 3.0)]),
+                    make_op("Sum", ["x"], ["y"]))
+    res = gradient_for_net(ok, ["y"])
+    assert "undeclared_branch_write" in [d.code for d in res.diagnostics]
