@@ -144,7 +144,7 @@ def refuse_duplicate_outputs(op_type: str, outputs: Sequence[str],
 def mark_hidden(bp: Any, idx: int, undeclared: Mapping[int, Sequence[str]],
                 grad_ops: Sequence[OperatorDef]) -> None:
     """Note where the gradient ops of ops before If/While ``idx`` start (:func:`after_pass`)."""
-    bp.__dict__.setdefault("hidden_writes", []).append((len(grad_ops), idx, list(undeclared[idx])))
+    bp.hidden_writes.append((len(grad_ops), idx, list(undeclared[idx])))
 
 
 def refuse_hidden_writes(bp: Any, idx: int, undeclared: Mapping[int, Sequence[str]],
@@ -204,7 +204,7 @@ def after_pass(bp: Any, ys: Mapping[str, GradValue], grad_ops: Sequence[Operator
     """
     check_generated_names(bp.frontier, ys, grad_ops, seed_ops, control_types, bp._first_touch)
     slices = {n for g in input_to_grad.values() if isinstance(g, GradientSlice) for n in g}
-    for mark, idx, names in bp.__dict__.get("hidden_writes", ()):
+    for mark, idx, names in bp.hidden_writes:
         hidden = set(names)
         read = [n for n in names if n in slices] + [
             n for gop in grad_ops[mark:] for n in gop.input if n in hidden]

@@ -42,6 +42,8 @@ class VersionedSSA(ForwardSSA):
         self._pending: list[OperatorDef] = []
         # names the current op's gradient reads both before and after its in-place write
         self.ambiguous: set[str] | frozenset[str] = frozenset()
+        # (gradient-op count, If/While index, blobs its sub-nets write undeclared)
+        self.hidden_writes: list[tuple[int, int, list[str]]] = []
 
     def _check_gradient_inputs(
         self,
