@@ -4,11 +4,15 @@ Caffe2 refuses to accumulate a ``GradientSlice`` with a dense gradient of the sa
 version ("Automatic aggregation of a mix of sparse and dense gradients is not supported
 yet", ``core.py`` ``_MakeSumOps``; spec §2.7); netgrad keeps that as the default. With
 ``densify`` the pass turns each sparse part into a dense tensor shaped like the blob with
-Caffe2's own ``SparseToDense([indices, values, blob] -> dense)`` (rows of duplicate indices
-add up; the first dimension is taken from the blob) and sums them with the dense parts as
-usual. A diagnostic ``densified_gradient`` names the blob and what it costs: one extra dense
-tensor of ``numel(blob)`` elements per sparse part (the number itself when a fill op of the
-net gives the blob's ``shape``).
+Caffe2's own ``SparseToDense([indices, values, like] -> dense)`` (rows of duplicate indices
+add up; the first dimension is taken from ``like``) and sums them with the dense parts as
+usual. ``like`` is one of the blob's dense gradients, which has the blob's shape at the
+version being differentiated: the forward blob itself is read after the forward net, where a
+later op may have overwritten it with another shape (a ``Concat`` over it doubled the rows;
+review, stop 24). A diagnostic ``densified_gradient`` names the blob and what it costs: one
+extra dense tensor of ``numel(blob)`` elements per sparse part (the number itself when a fill
+op of the net gives the blob's ``shape``). A sparse gradient reaching an op whose gradient
+takes only dense ones is made dense by :meth:`core.maker.GradientMaker.GO`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ DeviceOption = caffe2_pb2.DeviceOption
 def densify_slices(
     name: str,
     slices: Sequence[tuple[GradientSlice, DeviceOption | None]],
+    like: str,
     grad_ops: list[OperatorDef],
     env: GenEnv,
     forward_ops: Sequence[OperatorDef],
@@ -37,6 +42,8 @@ def densify_slices(
     Args:
         name: the forward blob whose sparse and dense gradients meet.
         slices: its sparse gradients, each with the device option of its writer.
+        like: a dense gradient of ``name`` (same version), emitted before these ops, whose
+            first dimension the dense tensors take.
         grad_ops: the gradient ops emitted so far; the ``SparseToDense`` ops are appended
             (placed on the device of the sparse gradient's writer).
         env: generation environment (diagnostics, per-request counters).
@@ -52,7 +59,7 @@ def densify_slices(
         k = env.counters.get(key, 0)
         env.counters[key] = k + 1
         dense = f"_{name}_grad_densified_{k}"
-        op = make_op("SparseToDense", [gs.indices, gs.values, name], [dense])
+        op = make_op("SparseToDense", [gs.indices, gs.values, like], [dense])
         if device is not None:
             op.device_option.CopyFrom(device)
         grad_ops.append(op)

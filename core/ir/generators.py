@@ -210,7 +210,8 @@ class GradientRecord(VersionedSSA):
                 sparse = [
                     (g.gradient, g.device) for g in gens if isinstance(g.gradient, GradientSlice)
                 ]
-                made = iter(densify_slices(name, sparse, grad_ops, self.env, self.ops))
+                like = self._shape_source(gens)
+                made = iter(densify_slices(name, sparse, like, grad_ops, self.env, self.ops))
                 gens = [g if not g.sparse else GradGen(None, 0, next(made), g.device)
                         for g in gens]
                 dense = [True] * len(gens)
@@ -250,6 +251,20 @@ class GradientRecord(VersionedSSA):
                     "not all grad ops have the same device option.",
                     blobs=(name,),
                 )
+
+    @staticmethod
+    def _shape_source(gens: Sequence[GradGen]) -> str:
+        """A dense gradient among ``gens`` whose name :meth:`_dense_sum` keeps.
+
+        A pass-through gradient is never renamed; with none, ``_dense_sum`` keeps the name
+        of the first dense gradient an op writes.
+        """
+        dense = [g for g in gens if not g.sparse]
+        for g in dense:
+            if g.op is None:
+                return str(g.gradient)
+        first = dense[0]
+        return first.op.output[first.idx] if first.op is not None else str(first.gradient)
 
     def _dense_sum(self, name: str, gens: Sequence[GradGen]) -> tuple[OperatorDef, str]:
         with_op = [g for g in gens if g.op is not None]

@@ -99,6 +99,7 @@ def verify_request(
     constants: Collection[str] = (),
     seed: int = 0,
     grad_ops: Sequence[OperatorDef] | None = None,
+    densify: bool = False,
 ) -> dict[str, Any]:
     """The ``POST /v1/verify`` JSON body of a case (``mode`` full, the checked inputs named).
 
@@ -125,6 +126,8 @@ def verify_request(
         "seed": seed,
         "recompute": recompute,
     }
+    if densify:
+        body["densify"] = True
     if grad_ops is not None:
         body["grad_ops"] = [to_json_obj(op) for op in grad_ops]
     return body
@@ -155,6 +158,7 @@ def case_from_request(body: dict[str, Any]) -> dict[str, Any]:
         "seed": int(body.get("seed") or 0),
         "grad_ops": None if grad_ops is None
         else [from_json_obj(op, OperatorDef) for op in grad_ops],
+        "densify": bool(body.get("densify", False)),
     }
 
 
@@ -224,6 +228,7 @@ def check_outcome(
     constants: Collection[str] = (),
     seed: int = 0,
     grad_ops: Sequence[OperatorDef] | None = None,
+    densify: bool = False,
 ) -> str:
     """Check that netgrad answers ``net`` with a clean 4xx or with gradients that are right.
 
@@ -237,6 +242,7 @@ def check_outcome(
         seed: seed of the loss weights (the checker's ``seed`` option).
         grad_ops: check these gradient ops instead of the generated ones (to test the test:
             a planted wrong gradient must fail); generation must still succeed.
+        densify: generate with ``densify=True`` (sparse and dense gradients summed).
 
     Returns:
         ``"4xx"`` (a clean, located generation error) or ``"200"`` (gradients verified).
@@ -251,7 +257,7 @@ def check_outcome(
     def fail(kind: str, details: Sequence[str], blobs: Sequence[str] = (),
              reports: Sequence[BlobReport] = ()) -> OutcomeFailure:
         request = verify_request(net, ys, inputs, recompute, constants=constants, seed=seed,
-                                 grad_ops=grad_ops)
+                                 grad_ops=grad_ops, densify=densify)
         return OutcomeFailure(kind, details, request, blobs, reports)
 
     feeds = {
@@ -275,7 +281,7 @@ def check_outcome(
     # 1. Generation, exactly as the checker asks for it (explicit seed name per y).
     seeds = seed_names(net, list(ys), list(feeds))
     try:
-        gradient_for_net(net, dict(seeds), recompute=recompute)
+        gradient_for_net(net, dict(seeds), recompute=recompute, densify=densify)
     except NetgradError as exc:
         unlocated = _unlocated(exc)
         if unlocated:
@@ -289,7 +295,8 @@ def check_outcome(
     options = VerifyOptions(inputs=list(inputs), mode="full", atol=ATOL, rtol=RTOL,
                             check=check, seed=seed)
     try:
-        result = verify_net(net, list(ys), options, recompute=recompute, grad_ops=grad_ops)
+        result = verify_net(net, list(ys), options, recompute=recompute, grad_ops=grad_ops,
+                            densify=densify)
     except NetgradError as exc:
         raise fail("unrunnable 200", [f"{type(exc).__name__}: {exc.message}"]) from exc
     except Exception as exc:

@@ -1,0 +1,91 @@
+"""Regressions of stop 24.
+
+``densify``'s ``SparseToDense`` took its first dimension from the forward blob, read after
+the forward net: a later op that overwrote the blob with another shape (``Concat([W, W]) ->
+W``) gave a dense gradient of the wrong shape with a 200. It now takes the shape from one
+of the blob's dense gradients, which is shaped like the blob at the version differentiated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from api_schemas import caffe2_pb2
+from core.api import gradient_for_net
+from core.errors import NetgradError, VersionMismatchError
+from core.registry import make_arg, make_op
+from core.verify.checker import InputSpec, VerifyOptions, verify_net
+
+
+def _overwritten_table(extra_dense: bool) -> tuple[caffe2_pb2.NetDef, list[str]]:
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend([make_op("Gather", ["W", "I"], ["G"]), make_op("Scale", ["W"], ["S"])])
+    ys = ["G", "S"]
+    if extra_dense:
+        net.op.append(make_op("Tanh", ["W"], ["R"]))
+        ys.append("R")
+    cat = make_op("Concat", ["W", "W"], ["W", "info"])
+    cat.arg.append(make_arg("axis", 0))
+    net.op.append(cat)
+    return net, ys
+
+
+@pytest.mark.parametrize("extra_dense", [False, True])
+def test_densify_takes_the_shape_from_a_dense_gradient(extra_dense: bool) -> None:
+    net, ys = _overwritten_table(extra_dense)
+    res = gradient_for_net(net, dict.fromkeys(ys), densify=True)
+    s2d = [op for op in res.grad_ops if op.type == "SparseToDense"]
+    assert len(s2d) == 1 and s2d[0].input[2] != "W"
+    written = {o for op in res.grad_ops[: list(res.grad_ops).index(s2d[0])] for o in op.output}
+    assert s2d[0].input[2] in written  # the shape source exists when SparseToDense runs
+    rng = np.random.default_rng(20261202)
+    opts = VerifyOptions(inputs=[InputSpec.from_array("W", rng.normal(size=(4, 3))),
+                                 InputSpec.from_array("I", np.array([0, 2, 2]))],
+                         mode="full", check=["W"])
+    result = verify_net(net, ys, opts, densify=True)
+    assert result.report.passed, result.report
+    assert [b.blob for b in result.report.blobs] == ["W"]
+
+
+def _gather_scale_gather() -> caffe2_pb2.NetDef:
+    """``E`` read by a Gather, scaled in place, read by a Gather again."""
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend([make_op("Gather", ["E", "I0"], ["Y0"]),
+                   make_op("Scale", ["E"], ["E"], [make_arg("scale", 0.5)]),
+                   make_op("Gather", ["E", "I1"], ["Y1"]),
+                   make_op("Tanh", ["Y1"], ["T1"])])
+    return net
+
+
+def test_a_sparse_output_gradient_into_a_dense_maker_says_what_helps() -> None:
+    with pytest.raises(NetgradError) as err:
+        gradient_for_net(_gather_scale_gather(), {"Y0": None, "T1": None})
+    p = err.value.problems[0]
+    assert (p.code, p.op_index, p.op_type, p.blobs) == ("sparse_output_gradient", 1, "Scale",
+                                                         ("E",))
+    assert '"densify": true' in p.message and "EnsureDense(E)" in p.message
+
+
+def test_densify_makes_a_sparse_output_gradient_dense_for_a_dense_maker() -> None:
+    net = _gather_scale_gather()
+    res = gradient_for_net(net, {"Y0": None, "T1": None}, densify=True)
+    s2d = [op for op in res.grad_ops if op.type == "SparseToDense"]
+    assert [list(op.input)[2] for op in s2d][0] == "E"  # E at Scale's output version
+    assert sum(d.code == "densified_gradient" for d in res.diagnostics) == 2
+    rng = np.random.default_rng(20261203)
+    opts = VerifyOptions(inputs=[InputSpec.from_array("E", rng.normal(size=(4, 3))),
+                                 InputSpec.from_array("I0", np.array([1, 1, 3])),
+                                 InputSpec.from_array("I1", np.array([0, 1]))],
+                         mode="full", check=["E"])
+    result = verify_net(net, ["Y0", "T1"], opts, densify=True)
+    assert result.report.passed, result.report
+
+
+def test_densify_refuses_a_dense_maker_whose_output_was_overwritten() -> None:
+    net = _gather_scale_gather()
+    cat = make_op("Concat", ["E", "E"], ["E", "info"], [make_arg("axis", 0)])
+    net.op.append(cat)  # E (Scale's output, SparseToDense's shape source) overwritten
+    with pytest.raises(VersionMismatchError) as err:
+        gradient_for_net(net, {"Y0": None, "T1": None}, densify=True)
+    assert err.value.problems[0].op_type == "Scale"
