@@ -378,7 +378,7 @@ def run_recurrent_network_gradient(
             "(the gradient op's outputs or the workspace's blobs): every step would overwrite "
             "them; regenerate the gradient with netgrad"
         )
-    for g in net.op:
+    for g in net.op if seq_len else ():  # (no steps, nothing to run: gradients stay zero)
         for name in g.output:
             if not scratch.steps[0].has(name) and name not in internals:
                 shared.create(name)

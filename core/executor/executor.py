@@ -87,6 +87,38 @@ def locate(err: NetgradError, op_index: int, op_type: str, path: str) -> Netgrad
     return new
 
 
+
+def kernel_failure_text(op: OperatorDef, inputs: list[np.ndarray], exc: Exception) -> str:
+    """The message of a kernel's unexpected exception: what the request can change.
+
+    A kernel that NumPy stops on a bool tensor, an empty tensor or a 0-d tensor says so and
+    what helps, without Python's text; anything else keeps ``Type: text`` (an input the
+    kernel does not check, or a kernel bug). The caller locates the message at the op.
+    """
+    base = f"{op.type} failed on inputs ({kernel_inputs_repr(inputs)})"
+    text = str(exc)
+    names = list(op.input)
+
+    def first(pred: Callable[[np.ndarray], bool]) -> int | None:
+        return next((k for k, a in enumerate(inputs) if pred(a)), None)
+
+    k = first(lambda a: a.dtype == np.bool_)
+    if k is not None and isinstance(exc, (TypeError, ValueError)) and (
+            "bool" in text or "'b'" in text or "input types" in text):
+        return (f"{base}: input {k} ('{names[k]}') is bool, and {op.type} takes numbers: "
+                "Cast it first (Cast with to: 1 for FLOAT)")
+    k = first(lambda a: a.size == 0)
+    if k is not None and isinstance(exc, (ValueError, IndexError)) and (
+            "zero-size" in text or "out of bounds" in text or "index" in text):
+        return (f"{base}: input {k} ('{names[k]}') is empty (shape {list(inputs[k].shape)}), "
+                f"and {op.type} needs at least one element there")
+    k = first(lambda a: a.ndim == 0)
+    if k is not None and isinstance(exc, (IndexError, ValueError)) and (
+            "tuple index" in text or "dimension" in text or "axis" in text):
+        return (f"{base}: input {k} ('{names[k]}') is a scalar (0-d), and {op.type} needs "
+                "at least one dimension there: Reshape it (e.g. to shape [1])")
+    return f"{base}: {type(exc).__name__}: {text}"
+
 class ExecContext:
     """State of one execution job: limits, deadline, observer.
 
@@ -167,10 +199,7 @@ class ExecContext:
         except (NetgradError, MemoryError):
             raise
         except Exception as exc:  # a kernel bug or an unchecked bad shape
-            raise ExecutionError(
-                f"{op.type} failed on inputs ({kernel_inputs_repr(inputs)}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise ExecutionError(kernel_failure_text(op, inputs, exc)) from exc
         outs = list(outs) if outs is not None else []
         if len(outs) < len(op.output):
             raise ExecutionError(

@@ -808,7 +808,9 @@ def lrn_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def softmax_rows(x2: np.ndarray) -> np.ndarray:
-    """Row-wise numerically stable softmax of a 2-D array."""
+    """Row-wise numerically stable softmax of a 2-D array (empty rows stay empty)."""
+    if x2.size == 0:
+        return x2.copy()
     e = np.exp(x2 - x2.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 

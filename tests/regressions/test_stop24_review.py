@@ -1,5 +1,9 @@
 """Regressions of stop 24.
 
+Kernel failures on bool, empty or 0-d tensors name the input and what helps (they gave
+NumPy's text); ``Softmax`` of an empty tensor is empty; a ``RecurrentNetworkGradient`` over
+zero steps raised ``IndexError``.
+
 ``densify``'s ``SparseToDense`` took its first dimension from the forward blob, read after
 the forward net: a later op that overwrote the blob with another shape (``Concat([W, W]) ->
 W``) gave a dense gradient of the wrong shape with a 200. It now takes the shape from one
@@ -14,8 +18,11 @@ import pytest
 from api_schemas import caffe2_pb2
 from core.api import gradient_for_net
 from core.errors import NetgradError, VersionMismatchError
+from core.executor.executor import execute
 from core.registry import make_arg, make_op
+from core.verify import materialize_inputs
 from core.verify.checker import InputSpec, VerifyOptions, verify_net
+from tests.core.control.rnn_cases import simple_feeds, simple_rnn
 
 
 def _overwritten_table(extra_dense: bool) -> tuple[caffe2_pb2.NetDef, list[str]]:
@@ -89,3 +96,50 @@ def test_densify_refuses_a_dense_maker_whose_output_was_overwritten() -> None:
     with pytest.raises(VersionMismatchError) as err:
         gradient_for_net(net, {"Y0": None, "T1": None}, densify=True)
     assert err.value.problems[0].op_type == "Scale"
+
+
+# --- kernel failures say what helps, not Python's text ----------------------------------------
+def _run_one(op: caffe2_pb2.OperatorDef, feeds: dict[str, np.ndarray]) -> str:
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.append(op)
+    with pytest.raises(NetgradError) as err:
+        execute(net, feeds)
+    p = err.value.problems[0]
+    assert (p.op_index, p.op_type) == (0, op.type)
+    return err.value.message
+
+
+@pytest.mark.parametrize(("op", "feeds", "says"), [
+    (make_op("ReduceBackMax", ["X"], ["Y"]), {"X": np.array([[True, False]])},
+     "input 0 ('X') is bool, and ReduceBackMax takes numbers: Cast it first"),
+    (make_op("SoftmaxFp16", ["X"], ["Y"]), {"X": np.array([[True]])},
+     "input 0 ('X') is bool"),
+    (make_op("GatherPadding", ["X", "L"], ["P"]),
+     {"X": np.float64(1.0), "L": np.array([1], dtype=np.int32)},
+     "input 0 ('X') is a scalar (0-d), and GatherPadding needs at least one dimension"),
+])
+def test_kernel_failures_name_the_input_and_what_helps(
+        op: caffe2_pb2.OperatorDef, feeds: dict[str, np.ndarray], says: str) -> None:
+    message = _run_one(op, feeds)
+    assert says in message
+    assert "Error:" not in message  # no Python exception text
+
+
+def test_softmax_of_an_empty_tensor_is_empty() -> None:
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.append(make_op("Softmax", ["X"], ["Y"]))
+    out = execute(net, {"X": np.zeros((3, 0))})
+    assert out["Y"].shape == (3, 0)
+
+
+@pytest.mark.parametrize("loss_on", ["all", "last"])
+def test_rnn_gradient_of_an_empty_sequence(loss_on: str) -> None:
+    """T = 0 steps: it raised IndexError inside RecurrentNetworkGradient (a 422 with Python
+    text); now the parameter and input gradients are zero and h0's comes from h_t_last."""
+    feeds = materialize_inputs(simple_feeds(t=4))
+    feeds["x"] = feeds["x"][:0]
+    opts = VerifyOptions(inputs=[InputSpec.from_array(k, v) for k, v in feeds.items()],
+                         mode="full")
+    result = verify_net(simple_rnn(loss_on=loss_on), ["loss"], opts)
+    assert result.report.passed, result.report
+    assert [b.blob for b in result.report.blobs] == ["x", "h0", "W", "b"]
