@@ -62,6 +62,9 @@ class Settings(BaseSettings):
         ray_task_memory_bytes: Ray ``memory`` resource each Ray task reserves.
         job_ttl_s: seconds a finished asynchronous job (``/v1/jobs``) stays retrievable.
         max_jobs: most asynchronous jobs kept at once (503 above).
+        job_store_bytes: most bytes of finished jobs' results kept at once: above it the
+            oldest results of the API key holding the most are dropped before their time to
+            live; a single result larger than this fails its job (``result_too_large``).
 
     Admission, timeouts and memory (issue 14; ``deploy/README.md`` and :mod:`app.api.admission`
     say how they fit together):
@@ -121,6 +124,7 @@ class Settings(BaseSettings):
     ray_task_memory_bytes: int = Field(default=512 * 1024**2, ge=1)
     job_ttl_s: float = Field(default=3600.0, gt=0)
     max_jobs: int = Field(default=1000, ge=1)
+    job_store_bytes: int = Field(default=512 * 1024**2, ge=1)
     # -- admission, timeouts and memory (issue 14) --
     max_generation_inflight: int = Field(default=64, ge=1)
     max_queued_jobs: int = Field(default=16, ge=0)

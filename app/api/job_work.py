@@ -18,7 +18,7 @@ from app.api import wire
 from app.api.running import run_in_pool
 from app.api.verification import run_verification
 from app.errors import ProblemError, status_for
-from core.errors import NetgradError, QueueTimeoutError
+from core.errors import LimitExceededError, NetgradError, QueueTimeoutError
 from core.executor.backends import Backend, Cancelled, JobCancelledError, Progress
 from core.executor.jobs import RunResult
 from core.executor.limits import RunLimits
@@ -40,6 +40,8 @@ class JobConfig:
         run_limits: per-job execution limits.
         ray_task_memory: Ray ``memory`` resource per task.
         queue_timeout_s: longest wait for a worker.
+        max_result_bytes: largest answer a job may keep (the job store's byte budget,
+            ``NETGRAD_JOB_STORE_BYTES``); ``0``: no limit.
     """
 
     gen_limits: GenLimits
@@ -47,6 +49,7 @@ class JobConfig:
     run_limits: RunLimits
     ray_task_memory: int
     queue_timeout_s: float
+    max_result_bytes: int = 0
 
 
 def verify_answer(req: netgrad_pb2.VerifyRequest, executor: object,
@@ -159,7 +162,17 @@ def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
         msg = problem_message(500, "internal_error",
                               "internal error; the job was not completed", [])
         return "failed", msg.SerializeToString(deterministic=True)
-    return "done", answer.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
+    data: bytes = answer.SerializeToString(deterministic=True)  # type: ignore[attr-defined]
+    if config.max_result_bytes and len(data) > config.max_result_bytes:
+        too_big = LimitExceededError.at(
+            f"the job's answer is {len(data)} bytes, more than the job store keeps "
+            f"({config.max_result_bytes} bytes, NETGRAD_JOB_STORE_BYTES): fetch fewer or "
+            "smaller blobs, or send the request to its synchronous route",
+            code="result_too_large")
+        msg = problem_message(status_for(too_big), "result_too_large", too_big.message,
+                              too_big.problems)
+        return "failed", msg.SerializeToString(deterministic=True)
+    return "done", data
 
 
 __all__ = ["KINDS", "JobConfig", "job_work", "problem_message", "run_answer", "run_response",

@@ -15,7 +15,11 @@ record (status, progress, payload):
 Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed`` | ``cancelled``. Cancelling is
 cooperative: the job stops before its next executor job (a fanned-out check between chunks;
 on Ray the chunk tasks not yet finished are cancelled). A finished record expires ``ttl_s``
-seconds after it finished; a record of an unknown or expired id is ``None``.
+seconds after it finished; a record of an unknown or expired id is ``None``. The results
+kept hold at most ``max_bytes`` together: above it the oldest finished results of the owner
+holding the most bytes are dropped early (an owner filling the store evicts its own results
+first), never the result that just finished. The job function keeps every single result
+below the budget.
 
 Owners: a job may be submitted for an ``owner`` (the name of an API key). ``get`` and
 ``cancel`` given an owner treat another owner's job exactly as an unknown id (``None``);
@@ -107,21 +111,52 @@ def _new_id() -> str:
 
 
 class _Records:
-    """Records with expiry (``ttl_s`` after the end) and a cap on the records kept."""
+    """Records with expiry (``ttl_s`` after the end), a cap on the records kept and a
+    budget of result bytes (``max_bytes``; ``None``: none)."""
 
-    def __init__(self, ttl_s: float, max_jobs: int) -> None:
+    def __init__(self, ttl_s: float, max_jobs: int, max_bytes: int | None = None) -> None:
         self.ttl_s = ttl_s
         self.max_jobs = max_jobs
+        self.max_bytes = max_bytes
+        self.bytes = 0  # payload bytes of the records kept
         self.jobs: dict[str, JobRecord] = {}
         self.cancelled: set[str] = set()
         self.active: dict[str, int] = {}  # owner -> its jobs queued or running
+
+    def _drop(self, jid: str) -> None:
+        rec = self.jobs.pop(jid)
+        self.bytes -= len(rec.payload)
+        self.cancelled.discard(jid)
 
     def sweep(self) -> None:
         now = time.time()
         for jid in [j for j, r in self.jobs.items()
                     if r.finished is not None and now - r.finished > self.ttl_s]:
-            del self.jobs[jid]
-            self.cancelled.discard(jid)
+            self._drop(jid)
+
+    def _evict(self, fresh: str) -> None:
+        """Drop finished results, but ``fresh``'s, until the payloads fit ``max_bytes``:
+        the oldest of the owner holding the most bytes first."""
+        if self.max_bytes is None or self.bytes <= self.max_bytes:
+            return
+        held: dict[str | None, int] = {}
+        for r in self.jobs.values():
+            held[r.owner] = held.get(r.owner, 0) + len(r.payload)
+        queues: dict[str | None, list[JobRecord]] = {}
+        for r in sorted((r for r in self.jobs.values() if r.finished is not None
+                         and r.payload and r.id != fresh),
+                        key=lambda r: (r.finished or 0.0, r.id)):
+            queues.setdefault(r.owner, []).append(r)
+        while self.bytes > self.max_bytes and queues:
+            owner = max(queues, key=lambda o: (held[o], o or ""))
+            victim = queues[owner].pop(0)
+            if not queues[owner]:
+                del queues[owner]
+            held[owner] -= len(victim.payload)
+            log.warning("job %s: its result (%d bytes) is dropped before its time to live to "
+                        "keep the job store within %d bytes (NETGRAD_JOB_STORE_BYTES)",
+                        victim.id, len(victim.payload), self.max_bytes)
+            self._drop(victim.id)
 
     def add(self, kind: str, owner: str | None = None,
             max_owned: int | None = None) -> JobRecord:
@@ -151,7 +186,11 @@ class _Records:
                     self.active[rec.owner] = left
                 else:
                     self.active.pop(rec.owner, None)
+        before = len(rec.payload)
         rec = self.jobs[jid] = replace(rec, **changes)
+        if len(rec.payload) != before:
+            self.bytes += len(rec.payload) - before
+            self._evict(jid)
         return rec
 
     def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
@@ -179,14 +218,16 @@ class LocalJobs:
         ttl_s: seconds a finished job stays retrievable.
         max_jobs: most job records kept (503 ``workers_busy`` above).
         threads: jobs that run at once (more wait as ``queued``).
+        max_bytes: most bytes of results kept (``None``: no budget); see the module
+            docstring.
     """
 
     def __init__(self, backend: Backend, work: JobWork, config: Any, *, ttl_s: float,
-                 max_jobs: int = 1000, threads: int = 2) -> None:
+                 max_jobs: int = 1000, threads: int = 2, max_bytes: int | None = None) -> None:
         self.backend = backend
         self.work = work
         self.config = config
-        self._records = _Records(ttl_s, max_jobs)
+        self._records = _Records(ttl_s, max_jobs, max_bytes)
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=max(1, threads),
                                            thread_name_prefix="netgrad-job")
@@ -267,8 +308,9 @@ class RayStore:
     store (:data:`LEGACY_STORE_NAME`).
     """
 
-    def __init__(self, ttl_s: float, max_jobs: int, name: str = STORE_NAME) -> None:
-        self.records = _Records(ttl_s, max_jobs)
+    def __init__(self, ttl_s: float, max_jobs: int, name: str = STORE_NAME,
+                 max_bytes: int | None = None) -> None:
+        self.records = _Records(ttl_s, max_jobs, max_bytes)
         self.drivers: dict[str, list[Any]] = {}
         self.name = name
 
@@ -371,19 +413,20 @@ class RayJobs:
 
     Args:
         backend: a connected :class:`~core.executor.backends.RayBackend`.
-        work, config, ttl_s, max_jobs: as for :class:`LocalJobs` (``config`` must carry
-            ``run_limits``, ``ray_task_memory`` and ``queue_timeout_s``).
+        work, config, ttl_s, max_jobs, max_bytes: as for :class:`LocalJobs` (``config``
+            must carry ``run_limits``, ``ray_task_memory`` and ``queue_timeout_s``).
         name: the actor's name (tests give their own).
         legacy_name: the store of an older netgrad version, read for ids this store does not
             know when the request has no owner (``None``: none).
 
-    The actor is created by the first replica (``get_if_exists``); its ``ttl_s`` and
-    ``max_jobs`` are the creator's.
+    The actor is created by the first replica (``get_if_exists``); its ``ttl_s``,
+    ``max_jobs`` and ``max_bytes`` are the creator's.
     """
 
     def __init__(self, backend: Any, work: JobWork, config: Any, *, ttl_s: float,
                  max_jobs: int = 1000, name: str = STORE_NAME,
-                 legacy_name: str | None = LEGACY_STORE_NAME) -> None:
+                 legacy_name: str | None = LEGACY_STORE_NAME,
+                 max_bytes: int | None = None) -> None:
         import ray
 
         self.ttl_s = ttl_s
@@ -397,7 +440,8 @@ class RayJobs:
             get_if_exists=True, num_cpus=0, max_restarts=0,
         )
         self._max_jobs = max_jobs
-        self._store = self._actor.remote(ttl_s, max_jobs, name)
+        self._max_bytes = max_bytes
+        self._store = self._actor.remote(ttl_s, max_jobs, name, max_bytes)
         self._ray = ray
 
     def _call(self, method: str, *args: Any, timeout: float = 30.0) -> Any:
@@ -405,7 +449,8 @@ class RayJobs:
             return self._ray.get(getattr(self._store, method).remote(*args), timeout=timeout)
         except self._ray.exceptions.RayActorError:
             # the store died (its jobs with it): a new one serves the jobs from now on
-            self._store = self._actor.remote(self.ttl_s, self._max_jobs, self._name)
+            self._store = self._actor.remote(self.ttl_s, self._max_jobs, self._name,
+                                             self._max_bytes)
             return self._ray.get(getattr(self._store, method).remote(*args), timeout=timeout)
 
     def _legacy(self, method: str, jid: str) -> JobRecord | None:

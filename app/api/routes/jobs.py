@@ -72,12 +72,14 @@ def start_jobs(pool: Any, settings: Settings) -> Any:
                   limits.max_loop_iterations),
         settings.ray_task_memory_bytes,
         settings.queue_timeout_s,
+        settings.job_store_bytes,
     )
     if isinstance(backend, RayBackend):
         return RayJobs(backend, job_work, config, ttl_s=settings.job_ttl_s,
-                       max_jobs=settings.max_jobs)
+                       max_jobs=settings.max_jobs, max_bytes=settings.job_store_bytes)
     return LocalJobs(backend, job_work, config, ttl_s=settings.job_ttl_s,
-                     max_jobs=settings.max_jobs, threads=backend.size)
+                     max_jobs=settings.max_jobs, threads=backend.size,
+                     max_bytes=settings.job_store_bytes)
 
 
 def _jobs(request: Request) -> Any:
@@ -124,8 +126,9 @@ def _owner() -> str | None:
 
 def _not_found(job_id: str) -> ProblemError:
     return ProblemError(404, "job_not_found",
-                        f"no job '{job_id}': it never existed or its result expired "
-                        "(NETGRAD_JOB_TTL_S after it finished)")
+                        f"no job '{job_id}': it never existed, its result expired "
+                        "(NETGRAD_JOB_TTL_S after it finished), or it was dropped early to "
+                        "keep the job store within NETGRAD_JOB_STORE_BYTES")
 
 
 @router.post(
