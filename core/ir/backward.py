@@ -447,8 +447,8 @@ class BackwardPass(CopyOnWrite):
                 if grad is not None:
                     grad_frontier[name] = in_versions[name]
                     new_map[name] = grad
-                elif name not in input_to_grad or name in outputs:
-                    new_map[name] = grad
+                elif name not in new_map and (name not in input_to_grad or name in outputs):
+                    new_map[name] = grad  # (a later position's None keeps an earlier grad)
             input_to_grad.update(new_map)
             if owners is not None:
                 for name, grad in new_map.items():

@@ -207,10 +207,8 @@ class GradientRecord(VersionedSSA):
                         blobs=(name,),
                         code="mixed_sparse_dense",
                     )
-                sparse = [
-                    (g.gradient, g.device) for g in gens if isinstance(g.gradient, GradientSlice)
-                ]
                 like = self._shape_source(gens)
+                sparse = self._split_slices(gens)
                 made = iter(densify_slices(name, sparse, like, grad_ops, self.env, self.ops))
                 gens = [g if not g.sparse else GradGen(None, 0, next(made), g.device)
                         for g in gens]
@@ -312,27 +310,9 @@ class GradientRecord(VersionedSSA):
                         break
                 base = out
                 break
-        idx_inputs: list[str] = []
-        val_inputs: list[str] = []
-        ki = kv = 0
-        for g in gens:
-            gs = g.gradient
-            if not isinstance(gs, GradientSlice):  # pragma: no cover - checked by caller
-                continue
-            if g.op is not None:
-                new = f"_{g.op.output[g.idx]}_autosplit_{ki}"
-                ki += 1
-                self._rename_chain(g.op, g.idx, g.chain, new)
-                idx_inputs.append(new)
-            else:
-                idx_inputs.append(gs.indices)
-            if g.op_v is not None:
-                new = f"_{g.op_v.output[g.idx_v]}_autosplit_{kv}"
-                kv += 1
-                self._rename_chain(g.op_v, g.idx_v, g.chain_v, new)
-                val_inputs.append(new)
-            else:
-                val_inputs.append(gs.values)
+        split = self._split_slices(gens)
+        idx_inputs = [gs.indices for gs, _ in split]
+        val_inputs = [gs.values for gs, _ in split]
         axis = [make_arg("axis", 0)]
         ops = [
             make_op(
@@ -351,6 +331,35 @@ class GradientRecord(VersionedSSA):
         for o in ops:
             self._tag_sum_device(o, gens)
         return ops, GradientSlice(base + "_indices_concat", base + "_values_concat")
+
+    def _split_slices(
+        self, gens: Sequence[GradGen]
+    ) -> list[tuple[GradientSlice, DeviceOption | None]]:
+        """The sparse gradients of ``gens``, each written to names of its own.
+
+        The makers of several sparse readers of one blob name their slices alike
+        (``E_grad_indices`` / ``E_grad_values``): each writer's halves are renamed
+        ``_<name>_autosplit_<k>`` (Caffe2 ``_MakeSparseSumOps``), so that one reader's
+        values do not overwrite another's before the sum reads them. A half no op writes
+        (a pass-through) keeps its name. Returns each slice with its writer's device.
+        """
+        out: list[tuple[GradientSlice, DeviceOption | None]] = []
+        ki = kv = 0
+        for g in gens:
+            gs = g.gradient
+            if not isinstance(gs, GradientSlice):
+                continue
+            indices, values = gs.indices, gs.values
+            if g.op is not None:
+                indices = f"_{g.op.output[g.idx]}_autosplit_{ki}"
+                ki += 1
+                self._rename_chain(g.op, g.idx, g.chain, indices)
+            if g.op_v is not None:
+                values = f"_{g.op_v.output[g.idx_v]}_autosplit_{kv}"
+                kv += 1
+                self._rename_chain(g.op_v, g.idx_v, g.chain_v, values)
+            out.append((GradientSlice(indices, values), g.device))
+        return out
 
     def _rename_chain(
         self, op: OperatorDef, idx: int, chain: Sequence[OperatorDef], new: str

@@ -13,7 +13,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 from core.errors import InvalidRequestError
-from core.types import Diagnostic, GradValue, grad_names
+from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
 
 def seed_map(ys: Sequence[str] | Mapping[str, GradValue]) -> dict[str, GradValue]:
@@ -85,6 +85,15 @@ def explain_unwritten(net_ops: Sequence[Any], skip: int) -> Callable[[str], str]
     return explain
 
 
+def _gradient_of(seed: str, sparse: bool) -> str | None:
+    """The blob whose gradient netgrad names ``seed`` (``<x>_grad``; for the halves of a
+    sparse seed also ``<x>_grad_indices`` / ``<x>_grad_values``, the sparse makers' names)."""
+    for suffix in ("_grad", "_grad_indices", "_grad_values") if sparse else ("_grad",):
+        if seed.endswith(suffix) and len(seed) > len(suffix):
+            return seed[: -len(suffix)]
+    return None
+
+
 def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> None:
     """Refuse caller-chosen seed names that generation would overwrite or confuse.
 
@@ -110,22 +119,26 @@ def check_seed_names(seeds: Mapping[str, GradValue], names: Container[str]) -> N
                 "name, or null to let netgrad seed it with ones", path="ys", blobs=(y,),
             ))
             continue
+        sparse = isinstance(g, GradientSlice)
         for seed in grad_names(g):
-            other = seed[: -len("_grad")] if seed.endswith("_grad") else None
+            other = _gradient_of(seed, sparse)
             if seed in names:
                 why = "is also a forward blob"
             elif seed in auto:
                 why = f"is the all-ones seed netgrad generates for '{auto[seed]}'"
-            elif other is not None and other != y and other in names:
+            elif other is not None and (other != y or sparse) and other in names:
+                # (a dense seed '<y>_grad' is safe: the pass sums into it; a slice's halves
+                # are read after the gradient ops, which may write '<y>_grad' over them)
                 why = f"is the name netgrad gives the gradient of blob '{other}'"
             else:
                 continue
+            fix = (f"'{y}_seed_indices' / '{y}_seed_values'" if sparse else f"'{y}_grad'")
             problems.append(
                 Diagnostic(
                     "error",
                     "seed_name_collision",
                     f"the seed gradient '{seed}' given for '{y}' {why}; choose another name "
-                    f"(e.g. '{y}_grad') or let netgrad seed it (null)",
+                    f"(e.g. {fix}) or let netgrad seed it (null)",
                     path="ys",
                     blobs=(y, seed),
                 )

@@ -519,6 +519,15 @@ def gather_grad(m: GradientMaker) -> list[OperatorDef]:
         # gradient op overwrote (adversarial review, stop 23)
         raise GradientError(f"Gather writes its output over its input '{m.op.output[0]}' in "
                             "place; write the gathered rows to a new blob")
+    if axis == 0 and m.arg_i("wrap_indices", 0):
+        # The forward op wraps a negative index (-1: the last row); Caffe2's gradient names
+        # the raw indices, which no sparse consumer (SparseToDense, the sparse optimizers)
+        # takes, and Caffe2 has no op that wraps them by DATA's rows (review, stop 24).
+        raise GradientError.at(
+            "Gather with wrap_indices=1: its gradient (as Caffe2's) names the raw indices, "
+            "so a negative index would name no row of the gradient. Give non-negative "
+            "indices (add the number of rows to the negative ones) and drop wrap_indices.",
+            blobs=(m.input_names[1],), code="gather_wrap_indices")
     if axis == 0:
         if dense:
             return [m.make_op("SparseToDense", [m.I(1), m.GO(0), m.I(0)], [m.GI(0)])]

@@ -185,12 +185,21 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 def _analytic(ws: Workspace, blob: str, g: GradValue, x: np.ndarray) -> np.ndarray:
     """The analytic gradient of ``blob`` as a dense float64 array shaped like ``x``.
 
+    A GradientSlice is made dense as Caffe2's consumers of one read it: every index must name
+    a row (NumPy would wrap a negative one, which no Caffe2 consumer does; review, stop 24).
+
     Raises:
-        ExecutionError: gradient blob missing or of a different shape.
+        ExecutionError: gradient blob missing or of a different shape, or a slice index out
+            of ``[0, rows)``.
     """
     if isinstance(g, GradientSlice):
         idx = np.asarray(ws.get(g.indices)).astype(np.int64).reshape(-1)
         vals = np.asarray(ws.get(g.values), dtype=np.float64)
+        rows = x.shape[0] if x.ndim else 0
+        if idx.size and (idx.min() < 0 or idx.max() >= rows):
+            raise ExecutionError(
+                f"the sparse gradient of '{blob}' names rows {sorted(set(idx.tolist()))[:8]}, "
+                f"outside [0, {rows}): it does not apply to '{blob}'")
         dense = np.zeros(x.shape, dtype=np.float64)
         np.add.at(dense, idx, vals.reshape((idx.size,) + x.shape[1:]))
         return dense

@@ -20,6 +20,7 @@ from core.api import gradient_for_net
 from core.errors import NetgradError, VersionMismatchError
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
+from core.types import GradientSlice
 from core.verify import materialize_inputs
 from core.verify.checker import InputSpec, VerifyOptions, verify_net
 from tests.core.control.rnn_cases import simple_feeds, simple_rnn
@@ -143,3 +144,89 @@ def test_rnn_gradient_of_an_empty_sequence(loss_on: str) -> None:
     result = verify_net(simple_rnn(loss_on=loss_on), ["loss"], opts)
     assert result.report.passed, result.report
     assert [b.blob for b in result.report.blobs] == ["x", "h0", "W", "b"]
+
+
+# --- adversarial review, stop 24 --------------------------------------------------------------
+def _dense_check(net: caffe2_pb2.NetDef, ys: list[str], feeds: dict[str, np.ndarray],
+                 check: list[str], densify: bool = False) -> None:
+    opts = VerifyOptions(inputs=[InputSpec.from_array(k, v) for k, v in feeds.items()],
+                         mode="full", check=check)
+    result = verify_net(net, ys, opts, densify=densify)
+    assert result.report.passed, result.report
+    assert sorted(b.blob for b in result.report.blobs) == sorted(check)
+
+
+def test_two_sparse_readers_and_a_dense_one_keep_their_own_values() -> None:
+    """Both SparseLengthsSum gradients wrote ``E_grad_values``; with densify the first
+    SparseToDense read the second reader's values (a 200 with dE wrong by 3.2)."""
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend([make_op("SparseLengthsSum", ["E", "I1", "L1"], ["A"]),
+                   make_op("SparseLengthsSum", ["E", "I2", "L2"], ["B"]),
+                   make_op("Tanh", ["E"], ["T"])])
+    res = gradient_for_net(net, {"A": None, "B": None, "T": None}, densify=True)
+    s2d = [op for op in res.grad_ops if op.type == "SparseToDense"]
+    assert len({op.input[1] for op in s2d}) == 2  # each reads its own values
+    rng = np.random.default_rng(20261204)
+    _dense_check(net, ["A", "B", "T"],
+                 {"E": rng.normal(size=(4, 3)), "I1": np.array([0, 2, 2]),
+                  "L1": np.array([1, 2], np.int32), "I2": np.array([1, 3, 3]),
+                  "L2": np.array([3], np.int32)}, ["E"], densify=True)
+
+
+def test_a_later_input_position_without_gradient_keeps_the_earlier_one() -> None:
+    """SparseToDense(I, V, V): V's gradient comes from position 1 only; the None of
+    position 2 replaced it, and X got no gradient (a 200)."""
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend([make_op("Tanh", ["X"], ["V"]), make_op("SparseToDense", ["I", "V", "V"], ["D"])])
+    res = gradient_for_net(net, {"D": None})
+    assert res.grad_map["X"] == "X_grad" and res.grad_map["V"] == "V_grad"
+    rng = np.random.default_rng(20261205)
+    _dense_check(net, ["D"], {"X": rng.normal(size=(3, 2)), "I": np.array([2, 0, 2])}, ["X"])
+
+
+def test_a_sparse_seed_named_like_the_dense_gradient_of_its_blob_is_refused() -> None:
+    """``ys = {F: GradientSlice(si, F_grad)}``: TanhGradient wrote F_grad over the seed's
+    values before SparseToDense read them (a 200, dE wrong by 3.2)."""
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.extend([make_op("Scale", ["E"], ["F"]), make_op("Tanh", ["F"], ["T"])])
+    for seed in (GradientSlice("si", "F_grad"), GradientSlice("F_grad", "sv"),
+                 GradientSlice("si", "E_grad_values")):
+        with pytest.raises(NetgradError) as err:
+            gradient_for_net(net, {"F": seed, "T": "gT"}, densify=True)
+        p = err.value.problems[0]
+        assert p.code == "seed_name_collision" and "F_seed_values" in p.message
+    res = gradient_for_net(net, {"F": GradientSlice("F_seed_indices", "F_seed_values"),
+                                 "T": "gT"}, densify=True)
+    assert res.grad_map["E"] == "E_grad"
+    dense = gradient_for_net(net, {"F": "F_grad", "T": "gT"})  # a dense one is still fine
+    assert dense.grad_map["E"] == "E_grad"
+
+
+def test_gather_with_wrap_indices_is_refused() -> None:
+    """Its gradient named the raw (negative) indices: SparseToDense failed on them (an
+    unrunnable 200) and a plain slice named no row."""
+    for extra in ([], [make_arg("dense_gradient", 1)]):
+        net = caffe2_pb2.NetDef(name="t")
+        net.op.append(make_op("Gather", ["E", "I"], ["G"], [make_arg("wrap_indices", 1), *extra]))
+        with pytest.raises(NetgradError) as err:
+            gradient_for_net(net, {"G": None})
+        p = err.value.problems[0]
+        assert (p.code, p.op_index, p.op_type) == ("gather_wrap_indices", 0, "Gather")
+        assert "non-negative" in p.message
+
+
+def test_the_checker_refuses_a_slice_naming_no_row() -> None:
+    """NumPy's add.at wrapped a negative slice index, so the checker passed a slice that no
+    Caffe2 consumer applies."""
+    from core.executor.workspace import Workspace
+    from core.verify.checker import _analytic
+
+    ws = Workspace()
+    ws.set("I", np.array([-1, 0]))
+    ws.set("V", np.ones((2, 3)))
+    x = np.zeros((4, 3))
+    with pytest.raises(NetgradError) as err:
+        _analytic(ws, "E", GradientSlice("I", "V"), x)
+    assert "names rows [-1, 0], outside [0, 4)" in err.value.message
+    ws.set("I", np.array([3, 0]))
+    assert _analytic(ws, "E", GradientSlice("I", "V"), x)[[0, 3]].sum() == 6.0
