@@ -20,7 +20,6 @@ Differences from upstream, all deliberate:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,13 +30,16 @@ from core.errors import (
     InvalidNetError,
     InvalidRequestError,
     NetgradError,
+    VersionMismatchError,
 )
 from core.ir import collisions
 from core.ir.cow import CopyOnWrite
 from core.ir.env import GenEnv, GenLimits
 from core.ir.generators import GradGen, own
+from core.ir.op_hints import with_g_output_hint
 from core.ir.seeds import check_seed_names, check_ys_written, seed_map
 from core.ir.ssa import CONTROL_OP_TYPES
+from core.ir.versions import honest_advice
 from core.ops import load_all
 from core.registry import (
     get_gradient_for_op,
@@ -519,7 +521,13 @@ def net_gradient(
     frontier, first = bp.frontier, bp.first_written
     check_ys_written(seeds, lambda y: y in first or frontier.get(y, 0) > 0, net.op, skip)
     check_seed_names(seeds, frontier)  # the frontier holds every name an op reads or writes
-    grad_ops, grad_map = bp.run(seeds)
+    try:
+        grad_ops, grad_map = bp.run(seeds)
+    except VersionMismatchError as exc:
+        if recompute:
+            raise
+        raise honest_advice(exc, lambda: net_gradient(net, ys, skip, False, limits, True,
+                                                      densify)) from None
     out_net = None
     if return_net:
         out_net = caffe2_pb2.NetDef()
@@ -565,36 +573,10 @@ def op_gradient(
     try:
         grad_ops, g_input = get_gradient_for_op(op, g_output, env)
     except NetgradError as exc:
-        outputs = op.output[:]
-        problems = [
-            p
-            if p.path is not None or p.op_index is not None
-            else Diagnostic(p.severity, p.code, _with_g_output_hint(p.message, outputs, empty),
-                            0, op.type, f"op[0]:{op.type}", p.blobs)
-            for p in exc.problems
-        ]
+        problems = [with_g_output_hint(p, op.type, op.output[:], empty) for p in exc.problems]
         message = problems[0].message if len(exc.problems) == 1 else exc.message
         raise type(exc)(message, problems) from exc
     return OpGradientResult(grad_ops, list(g_input), list(env.diagnostics))
-
-
-#: Caffe2's words for a maker's missing or sparse output gradient (``GO``).
-_GO_MESSAGE = re.compile(r"Gradient of output (?P<name>.*) is (not provided!|sparse \(expected "
-                         r"dense\)\.)")
-
-
-def _with_g_output_hint(message: str, outputs: Sequence[str], empty: Sequence[bool]) -> str:
-    """Caffe2's "Gradient of output y is not provided!" plus which ``g_output`` entry to give
-    (``/v1/gradients/op`` answers: the caller chose ``g_output``); ``empty[k]``: entry ``k``
-    was given as an empty name (which Caffe2 reads as none)."""
-    found = _GO_MESSAGE.fullmatch(message)
-    if found is None or found["name"] not in outputs:
-        return message
-    k = outputs.index(found["name"])
-    if empty[k]:
-        return (f"{message} g_output[{k}] is an empty name, which means no gradient; give "
-                "the gradient's blob name (a string).")
-    return f"{message} Give g_output[{k}] a dense gradient: a blob name (a string)."
 
 
 register_subnet_pass(backward)

@@ -12,11 +12,13 @@ sub-net reads of gradient control ops included, through :mod:`core.ir.renaming`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from api_schemas import caffe2_pb2
-from core.errors import GradientError, VersionMismatchError
+from core.errors import GradientError, NetgradError, VersionMismatchError
 from core.ir.env import GenEnv
 from core.ir.renaming import rename_input
 from core.ir.ssa import CONTROL_OP_TYPES, ForwardSSA
@@ -24,6 +26,45 @@ from core.registry import is_identity
 from core.types import GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
+
+
+#: The advice to send ``recompute`` (followed by the other fix and ``)``).
+_SUGGESTION = ("netgrad can re-run the op that produced it into a fresh blob: send "
+               "recompute=true, or --recompute on the command line; or ")
+_SUGGESTED = re.compile(r"\(" + re.escape(_SUGGESTION) + r"(?P<keep>[^)]*)\)")
+
+
+def honest_advice(exc: NetgradError, retry: Callable[[], object]) -> NetgradError:
+    """``exc``, whose advice to send ``recompute=true`` holds only if that works.
+
+    The advice looks at one value's producers; a generation with ``recompute`` can still
+    fail elsewhere (an RNN's gradient reads its overwritten output by name). When ``exc``
+    advises it, ``retry`` generates with ``recompute``: if that fails too, the advice says
+    why instead (review, stop 24: the advice sent users to a second refusal).
+
+    Args:
+        exc: the error of a generation without ``recompute``.
+        retry: the same generation with ``recompute=true``; raises :class:`NetgradError`.
+
+    Returns:
+        ``exc`` itself, or an error of its type with the advice rewritten.
+    """
+    if not any(_SUGGESTED.search(p.message) for p in exc.problems):
+        return exc
+    try:
+        retry()
+    except NetgradError as again:
+        why = again.problems[0].message.split("\n", 1)[0].rstrip(". ")
+        if len(why) > 400:
+            why = why[:400] + "..."
+
+        def rewrite(text: str) -> str:
+            return _SUGGESTED.sub(lambda m: f"(recompute=true does not help here: {why}. "
+                                            f"To fix it, {m['keep']}.)", text)
+
+        problems = [dataclasses.replace(p, message=rewrite(p.message)) for p in exc.problems]
+        return type(exc)(rewrite(exc.message), problems)
+    return exc
 
 
 class VersionedSSA(ForwardSSA):
@@ -284,10 +325,7 @@ class VersionedSSA(ForwardSSA):
         if obstacle is None:
             if self.env.recompute:  # pragma: no cover - recompute succeeded, no error raised
                 return f"({keep})"
-            return (
-                "(netgrad can re-run the op that produced it into a fresh blob: send "
-                f"recompute=true, or --recompute on the command line; or {keep})"
-            )
+            return f"({_SUGGESTION}{keep})"
         return f"(recompute cannot help: {obstacle}. To fix it, {keep}.)"
 
     def _version_error(self, kind: str, idx: int, name: str, blob: str) -> NoReturn:

@@ -230,3 +230,24 @@ def test_the_checker_refuses_a_slice_naming_no_row() -> None:
     assert "names rows [-1, 0], outside [0, 4)" in err.value.message
     ws.set("I", np.array([3, 0]))
     assert _analytic(ws, "E", GradientSlice("I", "V"), x)[[0, 3]].sum() == 6.0
+
+
+def test_recompute_is_advised_only_when_it_works() -> None:
+    """An in-place chain on an RNN output: the advice to send recompute=true led to a second
+    refusal (the RNN's gradient reads its output by name); it now says so at once."""
+    net = simple_rnn(loss_on="all")
+    net.op.insert(1, make_op("Scale", ["h/h_t_all"], ["h/h_t_all"]))
+    net.op.insert(1, make_op("Tanh", ["h/h_t_all"], ["h/h_t_all"]))
+    with pytest.raises(VersionMismatchError) as err:
+        gradient_for_net(net, ["loss"])
+    msg = err.value.problems[0].message
+    assert "send recompute=true" not in msg
+    assert "recompute=true does not help here: RecurrentNetworkGradient reads" in msg
+    assert "To fix it, write the result of op[2]:Scale to a new blob" in msg
+    # where recompute works, the advice stays
+    plain = caffe2_pb2.NetDef(name="t")
+    plain.op.extend([make_op("Tanh", ["x"], ["y"]), make_op("Scale", ["y"], ["y"])])
+    with pytest.raises(VersionMismatchError) as err:
+        gradient_for_net(plain, ["y"])
+    assert "send recompute=true" in err.value.problems[0].message
+    assert gradient_for_net(plain, ["y"], recompute=True).grad_map["x"] == "x_grad"
