@@ -97,3 +97,17 @@ def test_readme_endpoint_table_lists_every_request_field() -> None:
         assert listed == _top_level_json_fields(ROUTE_MESSAGES[route]), route
         checked += 1
     assert checked == 4
+
+
+def test_readme_while_example_output_is_what_the_api_answers() -> None:
+    """The hand-built While loop (walkthrough, stop 23: the README had none) runs as shown."""
+    import ast
+
+    sh = next(body for lang, body in _blocks() if lang == "sh" and "while.json" in body)
+    request = json.loads(sh.split("<<'JSON'\n", 1)[1].split("\nJSON\n", 1)[0])
+    section = README[README.index("## Example: a `While` loop built by hand"):]
+    shown = next(body for lang, body in FENCE.findall(section) if lang == "text")
+    with TestClient(create_app(Settings(workers=1))) as client:
+        r = client.post("/v1/run", json=request)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"] == ast.literal_eval(shown.strip())
