@@ -253,9 +253,9 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
                                   f"{problems[0].message}", problems) from exc
             inner = exc.problems[0] if exc.problems else None
             if inner is not None and inner.path:  # located below the field (unknown key)
-                full = f"{path}.{inner.path}"
-                raise DecodeError.at(f"{path}.{exc.message}", path=full,
-                                     code=inner.code) from exc
+                message = f"{path}.{exc.message}"
+                raise DecodeError(message, [replace(inner, message=message,
+                                                    path=f"{path}.{inner.path}")]) from exc
             raise DecodeError.at(f"{path}: {exc.message}", path=path,
                                  code="invalid_message") from exc
 

@@ -252,6 +252,9 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message]) -> De
     msg = f"invalid text-format {cls.DESCRIPTOR.name}: {text}"
     if found:
         msg += f" (a field of {found['type']} is misspelt, or the client's schema differs)"
+        close, _ = jsonmap.nearest_field(cls, found["type"], found["name"])
+        if close is not None:
+            msg += f"; did you mean {close!r}?"
     return DecodeError.at(msg, code=code)  # (the parser names line:column, not a field path)
 
 

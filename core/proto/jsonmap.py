@@ -15,6 +15,7 @@ definition of the mapping and words every error.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import difflib
 import re
 from collections.abc import Callable
@@ -122,15 +123,59 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
     except json_format.ParseError as exc:
         unknown = _unknown_field(exc, cls)
         if unknown is not None:
-            raise _all_unknown(obj, cls, unknown) from exc
-        raise _located(exc, work, cls) from exc
+            raise _with_ops(_all_unknown(obj, cls, unknown), obj, cls) from exc
+        raise _with_ops(_located(exc, work, cls), obj, cls) from exc
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        raise _located(exc, work, cls) from exc
+        raise _with_ops(_located(exc, work, cls), obj, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
             "where a JSON object is expected"
         ) from exc
+
+
+_SEGMENT = re.compile(r"(?P<name>[^.\[\]]+)(?:\[(?P<k>\d+)\])?")
+
+
+def _with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
+    """``err`` with each problem inside an OperatorDef naming that op's index and type.
+
+    A problem's field path (``net.op[2].arg[0].n.op[1].inptu``) is followed through ``obj``;
+    the innermost OperatorDef on it gives ``op_index`` (its position in its net) and
+    ``op_type`` (its ``type`` when that is a string), as engine problems name them.
+    """
+    out = []
+    changed = False
+    for p in err.problems:
+        found = _op_on_path(p.path, obj, cls.DESCRIPTOR) if p.path and p.op_index is None else None
+        if found is not None:
+            p = dataclasses.replace(p, op_index=found[0], op_type=found[1])
+            changed = True
+        out.append(p)
+    return type(err)(err.message, out) if changed else err
+
+
+def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None:
+    """The (index, type) of the innermost OperatorDef on ``path`` in ``obj``, if any."""
+    found = None
+    value = obj
+    for seg in path.split("."):
+        m = _SEGMENT.fullmatch(seg)
+        if m is None or desc is None or type(value) is not dict:
+            break
+        f = desc.fields_by_name.get(m["name"]) or _by_json_name(desc).get(m["name"])
+        if f is None or m["name"] not in value:
+            break
+        value, desc = value[m["name"]], f.message_type
+        if m["k"] is not None:
+            k = int(m["k"])
+            if type(value) is not list or k >= len(value):
+                break
+            value = value[k]
+            if desc is not None and desc.full_name == "caffe2.OperatorDef":
+                t = value.get("type") if type(value) is dict else None
+                found = (k, t if isinstance(t, str) else None)
+    return found
 
 
 #: json_format's prefix for the field whose value it could not parse, one per level.
@@ -289,17 +334,29 @@ def _unknown_field(exc: Exception, cls: type[message.Message]) -> DecodeError | 
     name, at = found["name"], found["at"]
     inner = at.split(".", 1)[1] if "." in at else ""  # drop the top type's name
     path = f"{inner}.{name}" if inner else name
+    text = f"{path}: unknown field of {found['type']}{field_hint(cls, found['type'], name)}"
+    return DecodeError.at(text, path=path, code="unknown_field")
+
+
+def nearest_field(cls: type[message.Message], type_name: str, name: str
+                  ) -> tuple[str | None, list[str]]:
+    """The field of message type ``type_name`` nearest to unknown ``name`` (``None``: none
+    is close), and all its field names; the type is looked up in ``cls``'s descriptor pool
+    (an unknown type has no fields)."""
     try:
-        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(found["type"])
+        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(type_name)
         fields = [f.name for f in desc.fields]
     except KeyError:
         fields = []
     close = difflib.get_close_matches(name, fields, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    text = f"{path}: unknown field of {found['type']}{hint}"
-    if fields:
-        text += f" (its fields: {', '.join(fields)})"
-    return DecodeError.at(text, path=path, code="unknown_field")
+    return (close[0] if close else None), fields
+
+
+def field_hint(cls: type[message.Message], type_name: str, name: str) -> str:
+    """``; did you mean 'x'? (its fields: ...)`` for unknown field ``name`` of ``type_name``."""
+    close, fields = nearest_field(cls, type_name, name)
+    hint = f"; did you mean {close!r}?" if close else ""
+    return hint + (f" (its fields: {', '.join(fields)})" if fields else "")
 
 
 #: Most keys :func:`_all_unknown` visits (then it reports what it found so far).

@@ -12,10 +12,16 @@ of the blob's dense gradients, which is shaped like the blob at the version diff
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from api_schemas import caffe2_pb2
+from app.main import create_app
+from app.settings import Settings
 from core.api import gradient_for_net
 from core.errors import NetgradError, VersionMismatchError
 from core.executor.executor import execute
@@ -251,3 +257,41 @@ def test_recompute_is_advised_only_when_it_works() -> None:
         gradient_for_net(plain, ["y"])
     assert "send recompute=true" in err.value.problems[0].message
     assert gradient_for_net(plain, ["y"], recompute=True).grad_map["x"] == "x_grad"
+
+
+# --- decode problems name the op they sit in -------------------------------------------------
+@pytest.fixture(scope="module")
+def gen_client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=0))) as client:
+        yield client
+
+
+def _errors(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    r = client.post("/v1/gradients/net", json=body)
+    assert r.status_code == 400, r.text
+    errors: list[dict[str, Any]] = r.json()["errors"]
+    return errors
+
+
+def test_a_json_decode_problem_names_its_op_index_and_type(gen_client: TestClient) -> None:
+    relu = {"type": "Relu", "input": ["x"], "outptu": ["y"]}
+    (one,) = _errors(gen_client, {"net": {"op": [relu]}, "ys": ["y"]})
+    assert (one["op_index"], one["op_type"], one["path"]) == (0, "Relu", "net.op[0].outptu")
+    scale = {"type": "Scale", "input": ["y"], "output": ["z"],
+             "arg": [{"name": "scale", "f": "abc"}]}
+    ok_relu = {"type": "Relu", "input": ["x"], "output": ["y"]}
+    (typed,) = _errors(gen_client, {"net": {"op": [ok_relu, scale]}, "ys": ["z"]})
+    assert (typed["op_index"], typed["op_type"]) == (1, "Scale")
+    inner = {"type": "Do", "input": ["x", "W"], "output": ["y", "W"],
+             "arg": [{"name": "net", "n": {"op": [ok_relu, relu]}}]}
+    (nested,) = _errors(gen_client, {"net": {"op": [inner]}, "ys": ["y"]})
+    assert (nested["op_index"], nested["op_type"]) == (1, "Relu")  # the innermost op
+    assert nested["path"] == "net.op[0].arg[0].n.op[1].outptu"
+
+
+def test_a_text_format_unknown_field_gets_a_did_you_mean(gen_client: TestClient) -> None:
+    body = 'net { op { type: "Relu" input: "x" outptu: "y" } } ys { blob: "y" }'
+    r = gen_client.post("/v1/gradients/net", content=body,
+                        headers={"content-type": "text/x-protobuf"})
+    assert r.status_code == 400
+    assert "did you mean 'output'?" in r.json()["detail"]
