@@ -61,10 +61,13 @@ class Settings(BaseSettings):
             unset: ``auto`` (a cluster started on this machine with ``ray start``).
         ray_task_memory_bytes: Ray ``memory`` resource each Ray task reserves.
         job_ttl_s: seconds a finished asynchronous job (``/v1/jobs``) stays retrievable.
-        max_jobs: most asynchronous jobs kept at once (503 above).
-        job_store_bytes: most bytes of finished jobs' results kept at once: above it the
-            oldest results of the API key holding the most are dropped before their time to
-            live; a single result larger than this fails its job (``result_too_large``).
+        max_jobs: most asynchronous jobs kept at once; finished ones are dropped early to
+            make room (the oldest of the API key holding the most first), and only queued
+            and running jobs that fill it refuse a new one (503).
+        job_store_bytes: most bytes the job store holds: the requests of queued and running
+            jobs and the results of finished ones, made room for as for ``max_jobs``; a
+            larger single request is refused (``job_too_large``), a larger single result
+            fails its job (``result_too_large``).
 
     Admission, timeouts and memory (issue 14; ``deploy/README.md`` and :mod:`app.api.admission`
     say how they fit together):

@@ -57,7 +57,7 @@ class GradientMaker:
 
     __slots__ = (
         "op", "op_type", "g_output", "g_input", "env", "input_reads", "input_names",
-        "output_names", "_args", "pre_ops", "_densified",
+        "output_names", "_args",
     )
 
     def __init__(
@@ -79,10 +79,6 @@ class GradientMaker:
         self.g_input: list[GradValue] = [None] * len(self.input_names)
         self.env = env
         self._args: list[Argument] | None = None
-        #: ops to run before the maker's own: ``densify``'s SparseToDense of a sparse
-        #: output gradient the maker reads as dense (see :meth:`GO`); ``None`` when none
-        self.pre_ops: list[OperatorDef] | None = None
-        self._densified: dict[int, str] | None = None
 
     # -- names -----------------------------------------------------------------
     def I(self, i: int) -> str:  # noqa: E743 - Caffe2's name
@@ -147,29 +143,18 @@ class GradientMaker:
         """Dense gradient of output ``i``.
 
         A sparse gradient (a GradientSlice: a later ``Gather`` or ``SparseLengths*`` read
-        the output) is made dense when the request asks for ``densify``:
-        ``SparseToDense([indices, values, O(i)])`` runs first (:attr:`pre_ops`), shaped like
-        the output at this op's version (the backward pass checks that version). Caffe2,
-        and netgrad without ``densify``, refuse it.
+        the output) is refused, as Caffe2 does; with ``densify`` the backward pass then makes
+        it dense and asks again (:func:`core.ir.densify.densify_outputs`).
 
         Raises:
-            GradientError: the gradient is missing, or sparse without ``densify`` (code
+            GradientError: the gradient is missing, or sparse (code
                 ``sparse_output_gradient``).
         """
         g = self.g_output[i] if i < len(self.g_output) else None
         if g is None:
             raise GradientError(f"Gradient of output {self.O(i)} is not provided!")
         if isinstance(g, GradientSlice):
-            return self._dense_go(i, g)
-        return g
-
-    def _dense_go(self, i: int, g: GradientSlice) -> str:
-        """The dense form of sparse output gradient ``g`` (``densify``), or the refusal."""
-        if self._densified is not None and i in self._densified:
-            return self._densified[i]
-        out = self.O(i)
-        env = self.env
-        if env is None or not getattr(env, "densify", False):
+            out = self.O(i)
             raise GradientError.at(
                 f"Gradient of output {out} is sparse (expected dense): it is a GradientSlice "
                 "(from a sparse reader such as Gather or SparseLengths*, or a sparse seed in "
@@ -179,23 +164,7 @@ class GradientMaker:
                 blobs=(out,),
                 code="sparse_output_gradient",
             )
-        key = "\0densify:" + out
-        k = env.counters.get(key, 0)
-        env.counters[key] = k + 1
-        dense = f"_{out}_grad_densified_{k}"
-        op = make_op("SparseToDense", [g.indices, g.values, out], [dense])
-        if self.pre_ops is None or self._densified is None:
-            self.pre_ops, self._densified = [], {}
-        self.pre_ops.append(op)
-        self._densified[i] = dense
-        env.warn(
-            "densified_gradient",
-            f"densify: the sparse gradient of {out} was made dense with SparseToDense for "
-            f"{self.op_type}'s gradient, which takes only dense ones; this costs one extra "
-            f"dense tensor of numel({out}) elements ({dense})",
-            blobs=(out, dense),
-        )
-        return dense
+        return g
 
     def GO_I(self, i: int) -> str:
         """Indices blob of a sparse output gradient."""

@@ -435,8 +435,6 @@ def gradient_for_op_read(
     if e.raw_maker:
         m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
         ops = maker(m)
-        if m.pre_ops:  # (densify: a sparse output gradient made dense for the maker)
-            ops = m.pre_ops + ops
         g_input, input_reads = m.g_input, m.input_reads
     else:
         reason = e.schema.verify(op, input_names, output_names)
@@ -456,8 +454,6 @@ def gradient_for_op_read(
             return ops, g_input, input_reads, [ins], [outs]
         m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
         ops = maker(m)
-        if m.pre_ops:  # (densify: a sparse output gradient made dense for the maker)
-            ops = m.pre_ops + ops
         g_input, input_reads = m.g_input, m.input_reads
         _mark_gradient_ops(op, e, ops)
     op_ins: list[list[str]] = []

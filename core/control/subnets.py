@@ -209,7 +209,9 @@ def reject_sparse(env: GenEnv, op: OperatorDef, blob: str, g: GradValue, where: 
             f"A sparse gradient (GradientSlice indices={g.indices}, values={g.values}) of blob "
             f"'{blob}' would cross {op.type} op ({where}); sparse gradients through control "
             "ops are not supported. Densify it first (EnsureDense / SparseToDense, or Gather "
-            "with dense_gradient=1).",
+            "with dense_gradient=1)"
+            + ('; or ask for "densify": true, which does that for you.'
+               if where == "output gradient" and not env.densify else "."),
             op_index=env.op_index,
             op_type=op.type,
             path=env.op_path(env.op_index, op.type),

@@ -16,10 +16,11 @@ Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed`` | ``cancelled``. Ca
 cooperative: the job stops before its next executor job (a fanned-out check between chunks;
 on Ray the chunk tasks not yet finished are cancelled). A finished record expires ``ttl_s``
 seconds after it finished; a record of an unknown or expired id is ``None``. The results
-kept hold at most ``max_bytes`` together: above it the oldest finished results of the owner
-holding the most bytes are dropped early (an owner filling the store evicts its own results
-first), never the result that just finished. The job function keeps every single result
-below the budget.
+kept and the requests of jobs not finished hold at most ``max_bytes`` together, and at most
+``max_jobs`` records are kept: room is made by dropping finished records early, the oldest
+of the owner holding the most first (an owner filling the store evicts its own results
+first), never the result that just finished; only jobs queued or running that fill the
+store refuse a new one. The job function keeps every single result below the budget.
 
 Owners: a job may be submitted for an ``owner`` (the name of an API key). ``get`` and
 ``cancel`` given an owner treat another owner's job exactly as an unknown id (``None``);
@@ -39,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.errors import BusyError
+from core.errors import BusyError, LimitExceededError
 from core.executor.backends import Backend, Cancelled, Progress
 
 STATUSES = ("queued", "running", "done", "failed", "cancelled")
@@ -72,6 +73,8 @@ class JobRecord:
         owner: name of the API key that submitted it (``None`` without keys). Added in
             store version 2, with a default: a record pickled by an older version reads
             back with ``owner=None``.
+        size: bytes of the job's request, which the store holds until the job ends
+            (default 0, for records pickled before it).
     """
 
     id: str
@@ -82,6 +85,7 @@ class JobRecord:
     payload: bytes = b""
     finished: float | None = None
     owner: str | None = None
+    size: int = 0
 
 
 class OwnerLimitError(Exception):
@@ -111,21 +115,32 @@ def _new_id() -> str:
 
 
 class _Records:
-    """Records with expiry (``ttl_s`` after the end), a cap on the records kept and a
-    budget of result bytes (``max_bytes``; ``None``: none)."""
+    """Records with expiry (``ttl_s`` after the end), a cap on the records kept and a byte
+    budget (``max_bytes``; ``None``: none) over what they hold: the request of a job not
+    finished, the result (or problem) of a finished one.
+
+    Room for a new job, or for a result, is made by dropping finished records before their
+    time to live: those of the owner holding the most (bytes, or records for the record
+    cap) first, oldest first; never the record that just finished. Only queued and running
+    jobs that fill the store refuse a new one (``BusyError``: retry when some have run).
+    """
 
     def __init__(self, ttl_s: float, max_jobs: int, max_bytes: int | None = None) -> None:
         self.ttl_s = ttl_s
         self.max_jobs = max_jobs
         self.max_bytes = max_bytes
-        self.bytes = 0  # payload bytes of the records kept
+        self.bytes = 0  # what the records hold: requests until final, then payloads
         self.jobs: dict[str, JobRecord] = {}
         self.cancelled: set[str] = set()
         self.active: dict[str, int] = {}  # owner -> its jobs queued or running
 
+    @staticmethod
+    def _held(rec: JobRecord) -> int:
+        return len(rec.payload) if rec.status in FINAL else rec.size
+
     def _drop(self, jid: str) -> None:
         rec = self.jobs.pop(jid)
-        self.bytes -= len(rec.payload)
+        self.bytes -= self._held(rec)
         self.cancelled.discard(jid)
 
     def sweep(self) -> None:
@@ -134,42 +149,75 @@ class _Records:
                     if r.finished is not None and now - r.finished > self.ttl_s]:
             self._drop(jid)
 
-    def _evict(self, fresh: str) -> None:
-        """Drop finished results, but ``fresh``'s, until the payloads fit ``max_bytes``:
-        the oldest of the owner holding the most bytes first."""
-        if self.max_bytes is None or self.bytes <= self.max_bytes:
-            return
-        held: dict[str | None, int] = {}
+    def _make_room(self, fresh: str | None, extra_bytes: int = 0, slot: bool = False,
+                   owner: str | None = None) -> bool:
+        """Drop finished records (never ``fresh``) until ``extra_bytes`` more (a request of
+        ``owner``, counted as its) fit the budget and, with ``slot``, one more record fits
+        the cap. Whether they fit now."""
+        def over() -> tuple[bool, bool]:
+            return (self.max_bytes is not None and self.bytes + extra_bytes > self.max_bytes,
+                    slot and len(self.jobs) >= self.max_jobs)
+
+        too_big, too_many = over()
+        if not (too_big or too_many):
+            return True
+        held: dict[str | None, list[int]] = {}  # owner -> [bytes, records]
         for r in self.jobs.values():
-            held[r.owner] = held.get(r.owner, 0) + len(r.payload)
+            h = held.setdefault(r.owner, [0, 0])
+            h[0] += self._held(r)
+            h[1] += 1
+        if extra_bytes or slot:
+            h = held.setdefault(owner, [0, 0])
+            h[0] += extra_bytes
+            h[1] += int(slot)
         queues: dict[str | None, list[JobRecord]] = {}
-        for r in sorted((r for r in self.jobs.values() if r.finished is not None
-                         and r.payload and r.id != fresh),
+        for r in sorted((r for r in self.jobs.values()
+                         if r.status in FINAL and r.id != fresh),
                         key=lambda r: (r.finished or 0.0, r.id)):
             queues.setdefault(r.owner, []).append(r)
-        while self.bytes > self.max_bytes and queues:
-            owner = max(queues, key=lambda o: (held[o], o or ""))
+        while (too_big or too_many) and queues:
+            metric = 0 if too_big else 1
+            owner = max(queues, key=lambda o: (held[o][metric], o or ""))
             victim = queues[owner].pop(0)
             if not queues[owner]:
                 del queues[owner]
-            held[owner] -= len(victim.payload)
+            held[owner][0] -= self._held(victim)
+            held[owner][1] -= 1
             log.warning("job %s: its result (%d bytes) is dropped before its time to live to "
-                        "keep the job store within %d bytes (NETGRAD_JOB_STORE_BYTES)",
-                        victim.id, len(victim.payload), self.max_bytes)
+                        "keep the job store within NETGRAD_JOB_STORE_BYTES (%s) and "
+                        "NETGRAD_MAX_JOBS (%d)", victim.id, len(victim.payload),
+                        self.max_bytes, self.max_jobs)
             self._drop(victim.id)
+            too_big, too_many = over()
+        return not (too_big or too_many)
 
     def add(self, kind: str, owner: str | None = None,
-            max_owned: int | None = None) -> JobRecord:
+            max_owned: int | None = None, size: int = 0) -> JobRecord:
+        """A new ``queued`` record for a request of ``size`` bytes.
+
+        Raises:
+            OwnerLimitError: ``owner`` has ``max_owned`` jobs queued or running.
+            LimitExceededError: the request alone is larger than the byte budget.
+            BusyError: the jobs queued or running fill the store.
+        """
         self.sweep()
         if owner is not None and max_owned is not None:
             n = self.active.get(owner, 0)
             if n >= max_owned:
                 raise OwnerLimitError(n)
-        if len(self.jobs) >= self.max_jobs:
-            raise BusyError(f"{self.max_jobs} jobs are kept already (NETGRAD_MAX_JOBS); "
-                            "retry when some have expired")
-        rec = JobRecord(_new_id(), kind, owner=owner)
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise LimitExceededError.at(
+                f"the job's request is {size} bytes, more than the job store holds "
+                f"({self.max_bytes} bytes, NETGRAD_JOB_STORE_BYTES); send it to its "
+                "synchronous route", code="job_too_large")
+        if not self._make_room(None, size, slot=True, owner=owner):
+            queued = sum(r.status not in FINAL for r in self.jobs.values())
+            raise BusyError(f"{queued} jobs are queued or running and fill the job store "
+                            f"(NETGRAD_MAX_JOBS = {self.max_jobs}, NETGRAD_JOB_STORE_BYTES = "
+                            f"{self.max_bytes}); retry when some have run")
+        rec = JobRecord(_new_id(), kind, owner=owner, size=size)
         self.jobs[rec.id] = rec
+        self.bytes += size
         if owner is not None:
             self.active[owner] = self.active.get(owner, 0) + 1
         return rec
@@ -186,11 +234,12 @@ class _Records:
                     self.active[rec.owner] = left
                 else:
                     self.active.pop(rec.owner, None)
-        before = len(rec.payload)
+        before = self._held(rec)
         rec = self.jobs[jid] = replace(rec, **changes)
-        if len(rec.payload) != before:
-            self.bytes += len(rec.payload) - before
-            self._evict(jid)
+        after = self._held(rec)
+        if after != before:
+            self.bytes += after - before
+            self._make_room(jid)
         return rec
 
     def get(self, jid: str, owner: str | None = None) -> JobRecord | None:
@@ -243,10 +292,11 @@ class LocalJobs:
 
         Raises:
             OwnerLimitError: ``owner`` has ``max_owned`` jobs queued or running already.
-            BusyError: too many records kept.
+            LimitExceededError: the request is larger than the store's byte budget.
+            BusyError: the jobs queued or running fill the store.
         """
         with self._lock:
-            rec = self._records.add(kind, owner, max_owned)
+            rec = self._records.add(kind, owner, max_owned, len(request))
         self._threads.submit(self._run, rec.id, kind, request)
         return rec
 
@@ -320,7 +370,7 @@ class RayStore:
 
         if owner is not None and max_owned is not None:
             self._reap(self._running_of(owner))  # a dead driver's job no longer counts
-        rec = self.records.add(kind, owner, max_owned)
+        rec = self.records.add(kind, owner, max_owned, len(request))
         driver = ray.remote(_ray_driver).options(num_cpus=0, max_retries=0)
         namespace = ray.get_runtime_context().namespace
         self.drivers[rec.id] = [driver.remote(rec.id, kind, request, work, config, namespace,
@@ -471,7 +521,8 @@ class RayJobs:
 
         Raises:
             OwnerLimitError: ``owner`` has ``max_owned`` jobs queued or running already.
-            BusyError: too many records kept.
+            LimitExceededError: the request is larger than the store's byte budget.
+            BusyError: the jobs queued or running fill the store.
         """
         try:
             rec: JobRecord = self._call("submit", kind, request, self.work, self.config,
@@ -480,6 +531,8 @@ class RayJobs:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BusyError):
                 raise BusyError(cause.message) from None
+            if isinstance(cause, LimitExceededError):
+                raise LimitExceededError(cause.message, cause.problems) from None
             if isinstance(cause, OwnerLimitError):
                 raise OwnerLimitError(cause.in_flight) from None
             raise

@@ -34,6 +34,7 @@ from core.errors import (
 )
 from core.ir import collisions
 from core.ir.cow import CopyOnWrite
+from core.ir.densify import densify_outputs
 from core.ir.env import GenEnv, GenLimits
 from core.ir.generators import GradGen, own
 from core.ir.op_hints import with_g_output_hint
@@ -335,9 +336,18 @@ class BackwardPass(CopyOnWrite):
         env = self.env
         env.op_index = idx + self.offset
         inputs = self.op_inputs[idx]
-        ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
-            self.ops[idx], g_output, env, inputs, outputs, op_type
-        )
+        try:
+            ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
+                self.ops[idx], g_output, env, inputs, outputs, op_type
+            )
+        except GradientError as exc:  # densify: dense for a maker that refused a slice
+            if not (env.densify and exc.problems[0].code in _DENSE_ONLY
+                    and any(isinstance(g, GradientSlice) for g in g_output)):
+                raise
+            g_output = densify_outputs(self, idx, g_output, grad_ops)
+            ops, g_input, input_reads, op_ins, op_outs = gradient_for_op_read(
+                self.ops[idx], g_output, env, inputs, outputs, op_type
+            )
         if env.slices:  # (a GradientSlice names forward blobs, read after the forward net)
             env.slices, g_input = False, self._check_slices(idx, g_input)
         in_versions = self.in_versions[idx]
@@ -489,6 +499,10 @@ def backward(
         bp.protected = {n for g in ys.values() for n in grad_names(g)}
     grad_ops, gmap = bp.run(ys)
     return grad_ops, bp.entry_map() if entry else gmap
+
+
+#: Codes of a maker refusing a sparse output gradient, which ``densify`` makes dense.
+_DENSE_ONLY = frozenset({"sparse_output_gradient", "sparse_through_control_op"})
 
 
 def net_gradient(

@@ -12,18 +12,21 @@ later op may have overwritten it with another shape (a ``Concat`` over it double
 review, stop 24). A diagnostic ``densified_gradient`` names the blob and what it costs: one
 extra dense tensor of ``numel(blob)`` elements per sparse part (the number itself when a fill
 op of the net gives the blob's ``shape``). A sparse gradient reaching an op whose gradient
-takes only dense ones is made dense by :meth:`core.maker.GradientMaker.GO`.
+takes only dense ones (its maker refuses it: ``sparse_output_gradient``) is made dense
+before that op's gradient (:func:`densify_outputs`), which then sees an ordinary incoming
+dense gradient: a pass-through maker (``Sum``) hands it on as it would any other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.ir.env import GenEnv
 from core.registry import find_arg, make_op
-from core.types import GradientSlice
+from core.types import GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
 DeviceOption = caffe2_pb2.DeviceOption
@@ -84,3 +87,58 @@ def _known_numel(name: str, forward_ops: Sequence[OperatorDef]) -> int | None:
             if a is not None and len(a.ints):
                 return int(prod(a.ints))
     return None
+
+
+def densify_outputs(bp: Any, idx: int, g_output: Sequence[GradValue],
+                    grad_ops: list[OperatorDef]) -> list[GradValue]:
+    """Make the sparse output gradients of forward op ``idx`` dense, for its maker.
+
+    Emits ``SparseToDense([indices, values, O(i)] -> _<O(i)>_grad_densified_<k>)`` into
+    ``grad_ops`` for each sparse entry: shaped like output ``O(i)`` at the version op
+    ``idx`` wrote, which the backward pass ``bp`` checks (or, with ``recompute``,
+    rebuilds) as it checks any gradient op's read.
+
+    Args:
+        bp: the backward pass (:class:`core.ir.backward.BackwardPass`).
+        idx: the forward op whose maker refused a sparse output gradient.
+        g_output: its output gradients.
+        grad_ops: the gradient ops so far (appended to).
+
+    Returns:
+        ``g_output`` with dense names in place of the slices.
+
+    Raises:
+        VersionMismatchError: ``O(i)`` was overwritten and not rebuilt.
+    """
+    env = bp.env
+    outputs = bp.op_outputs[idx]
+    names = {n: j for j, g in enumerate(g_output) if isinstance(g, GradientSlice) for n in g}
+    out: list[GradValue] = list(g_output)
+    made: list[OperatorDef] = []
+    for j, g in enumerate(g_output):
+        if not isinstance(g, GradientSlice):
+            continue
+        key = "\0densify:" + outputs[j]
+        k = env.counters.get(key, 0)
+        env.counters[key] = k + 1
+        dense = f"_{outputs[j]}_grad_densified_{k}"
+        op = make_op("SparseToDense", [g.indices, g.values, outputs[j]], [dense])
+        op.is_gradient_op = True
+        fwd = bp.ops[idx]
+        if fwd.HasField("device_option"):
+            op.device_option.CopyFrom(fwd.device_option)
+        made.append(op)
+        out[j] = dense
+        env.warn(
+            "densified_gradient",
+            f"densify: the sparse gradient of {outputs[j]} was made dense with SparseToDense "
+            f"for {bp.where(idx)}, whose gradient takes only dense ones; this costs one "
+            f"extra dense tensor of numel({outputs[j]}) elements ({dense})",
+            blobs=(outputs[j], dense),
+        )
+    bp._check_gradient_inputs(idx, made, names, frozenset())
+    if bp._pending:  # recomputed forward values, before the ops that read them
+        grad_ops.extend(bp._pending)
+        bp._pending = []
+    grad_ops.extend(made)
+    return out

@@ -3,7 +3,8 @@
 The random nets of :mod:`tests.fuzz.strategies` keep sparse tables apart from dense readers,
 so they never reach ``densify``. Here one embedding table ``E`` ([4, 3], checked) has two to
 four readers: sparse ones (``Gather``, ``SparseLengthsSum``, whose gradients are
-GradientSlices) and dense ones (``Scale``, ``Tanh``, ``FC``). Now and then an in-place
+GradientSlices), dense ones (``Scale``, ``Tanh``, ``FC``) and ``Sum(E, E or F)`` read by a
+``Gather`` (a pass-through maker handed a densified slice). Now and then an in-place
 ``Scale`` of ``E`` sits between two readers (two versions, each with its own gradients), a
 reader's output goes on through ``Tanh`` (a nonlinear loss), and after the readers the net
 overwrites ``E`` (``Concat([E, E]) -> E`` doubles its rows, or an in-place ``Scale``) or an
@@ -46,10 +47,19 @@ def mixed_tables(draw: st.DrawFn) -> Case:
         if k and draw(st.integers(0, 4)) == 0:  # a new version of E between two readers
             net.op.append(make_op("Scale", ["E"], ["E"], [make_arg("scale", 0.5)]))
             kinds.append("Scale-in-place")
-        kind = draw(st.sampled_from(["Gather", "SparseLengthsSum", "Scale", "Tanh", "FC"]))
+        kind = draw(st.sampled_from(["Gather", "SparseLengthsSum", "Scale", "Tanh", "FC",
+                                     "SumGather"]))
         kinds.append(kind)
         out = f"Y{k}"
-        if kind in ("Gather", "SparseLengthsSum"):
+        if kind == "SumGather":  # a pass-through maker between the table and a Gather
+            idx, other = f"IDX{k}", draw(st.sampled_from(["E", "E", f"F{k}"]))
+            if other != "E":
+                inputs.append(InputSpec(other, random=RandomSpec([4, 3], seed=20 + k)))
+            inputs.append(_ints(idx, [draw(st.integers(0, 3)) for _ in range(2)], "int64"))
+            constants.append(idx)
+            net.op.extend([make_op("Sum", ["E", other], [f"S{k}"]),
+                           make_op("Gather", [f"S{k}", idx], [out])])
+        elif kind in ("Gather", "SparseLengthsSum"):
             idx = f"IDX{k}"
             n = draw(st.integers(1, 3))
             inputs.append(_ints(idx, [draw(st.integers(0, 3)) for _ in range(n)], "int64"))

@@ -295,3 +295,46 @@ def test_a_text_format_unknown_field_gets_a_did_you_mean(gen_client: TestClient)
                         headers={"content-type": "text/x-protobuf"})
     assert r.status_code == 400
     assert "did you mean 'output'?" in r.json()["detail"]
+
+
+# --- adversarial review 2, stop 24: densify before a pass-through maker -----------------------
+@pytest.mark.parametrize("tanh_first", [False, True])
+def test_densify_before_a_pass_through_sum(tanh_first: bool) -> None:
+    """Sum(X, X) -> Y; Gather(Y) gave half of dX, and Sum(A, B) with B read again gave A
+    B's gradient (or a blob no op wrote): the densified slice was an op output of Sum's own
+    gradient, which its pass-through maker handed to every input."""
+    twice = caffe2_pb2.NetDef(name="t")
+    twice.op.extend([make_op("Sum", ["X", "X"], ["Y"]), make_op("Gather", ["Y", "I"], ["Z"])])
+    rng = np.random.default_rng(20261206)
+    _dense_check(twice, ["Z"], {"X": rng.normal(size=(4, 3)), "I": np.array([0, 2, 2])},
+                 ["X"], densify=True)
+    shared = caffe2_pb2.NetDef(name="t")
+    ops = [make_op("Sum", ["A", "B"], ["S"]), make_op("Gather", ["S", "I"], ["Z"])]
+    tanh = make_op("Tanh", ["B"], ["Q"])
+    shared.op.extend([tanh, *ops] if tanh_first else [*ops, tanh])
+    _dense_check(shared, ["Z", "Q"], {"A": rng.normal(size=(4, 3)), "B": rng.normal(size=(4, 3)),
+                                      "I": np.array([0, 2, 2])}, ["A", "B"], densify=True)
+
+
+@pytest.mark.parametrize("kind", ["Do", "If"])
+def test_densify_makes_a_slice_into_a_control_op_dense(kind: str) -> None:
+    """A Gather of a Do/If output: the slice was refused at the control op even with
+    densify (review 2, stop 24), although the README said densify makes such a slice dense."""
+    from core.control.lowering import add_do_op, add_if_op
+
+    net = caffe2_pb2.NetDef(name="t")
+    body = caffe2_pb2.NetDef(name="b")
+    body.op.append(make_op("Tanh", ["X"], ["Y"]))
+    if kind == "Do":
+        add_do_op(net, ["X", "Y"], body)
+    else:
+        add_if_op(net, "c", ["c", "X", "Y"], body)
+    net.op.append(make_op("Gather", ["Y", "I"], ["Z"]))
+    with pytest.raises(NetgradError) as err:
+        gradient_for_net(net, ["Z"])
+    assert err.value.problems[0].code == "sparse_through_control_op"
+    assert '"densify": true' in err.value.problems[0].message
+    feeds = {"X": np.random.default_rng(20261207).normal(size=(4, 3)), "I": np.array([0, 2, 2])}
+    if kind == "If":
+        feeds["c"] = np.array(True)
+    _dense_check(net, ["Z"], feeds, ["X"], densify=True)

@@ -11,8 +11,9 @@ live as long as this process.
 With API keys a job belongs to the key that submitted it: another key's ``GET`` / ``DELETE``
 is the same 404 as an unknown id. Its queued or running jobs count against the key's
 ``NETGRAD_KEY_MAX_JOBS`` (429 ``too_many_jobs`` above, :mod:`app.auth`). Submitting only
-queues: it never waits for an execution worker (503 only when ``NETGRAD_MAX_JOBS`` jobs are
-kept). A failed job's problem has the job's URL as its ``instance``.
+queues: it never waits for an execution worker (503 only when queued and running jobs fill
+``NETGRAD_MAX_JOBS`` or ``NETGRAD_JOB_STORE_BYTES``; finished ones make room). A failed job's
+problem has the job's URL as its ``instance``.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def _not_found(job_id: str) -> ProblemError:
     return ProblemError(404, "job_not_found",
                         f"no job '{job_id}': it never existed, its result expired "
                         "(NETGRAD_JOB_TTL_S after it finished), or it was dropped early to "
-                        "keep the job store within NETGRAD_JOB_STORE_BYTES")
+                        "make room in the job store (NETGRAD_MAX_JOBS, "
+                        "NETGRAD_JOB_STORE_BYTES)")
 
 
 @router.post(
@@ -146,7 +148,7 @@ async def submit_job(request: Request) -> Response:
 
     Raises:
         HeaderProblem: 429 ``too_many_jobs`` when the key has its limit of jobs in flight.
-        BusyError: 503 when ``NETGRAD_MAX_JOBS`` jobs are kept.
+        BusyError: 503 when queued and running jobs fill the job store.
     """
     jobs = _jobs(request)
 

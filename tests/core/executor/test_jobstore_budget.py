@@ -7,6 +7,7 @@ holding the most bytes are dropped early, never the result that just finished.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from app.api import docs
 from app.main import create_app
 from app.settings import Settings
+from core.errors import BusyError, LimitExceededError
 from core.executor.jobstore import FINAL, JobRecord, LocalJobs
 
 
@@ -43,14 +45,57 @@ def test_the_owner_holding_most_loses_its_oldest_result_first() -> None:
         _final(store, a1.id)
         b1 = store.submit("run", b"b" * 30, "bob")
         _final(store, b1.id)
-        a2 = store.submit("run", b"A" * 40, "alice")  # 110 bytes: alice holds 80
+        a2 = store.submit("run", b"A" * 40, "alice")  # 110 bytes: alice would hold 80
         _final(store, a2.id)
         assert store.get(a1.id) is None  # alice's oldest went
         assert store.get(b1.id) is not None and store.get(a2.id) is not None
-        b2 = store.submit("run", b"B" * 60, "bob")  # 130: bob holds 90, loses b1 only
-        assert _final(store, b2.id).payload == b"B" * 60  # the fresh result stays
+        b2 = store.submit("run", b"B" * 60, "bob")  # 130: bob would hold 90, loses b1 only
+        assert _final(store, b2.id).payload == b"B" * 60
         assert store.get(b1.id) is None and store.get(a2.id) is not None
         assert store._records.bytes == 100
+    finally:
+        store.close()
+
+
+def test_queued_requests_count_and_fill_the_store() -> None:
+    """Queued jobs' requests sat in memory uncounted (review, stop 24: 24 queued 40 MB jobs
+    took the server from 77 MB to 1.5 GB); now they count, and only they refuse a job."""
+    release = threading.Event()
+
+    def held(kind: str, request: bytes, *rest: Any) -> tuple[str, bytes]:
+        release.wait(10)
+        return "done", b"r"
+
+    store = LocalJobs(None, held, None, ttl_s=60.0, max_jobs=50, threads=1,  # type: ignore[arg-type]
+                      max_bytes=100)
+    try:
+        first = store.submit("run", bytes(60), "alice")
+        with pytest.raises(BusyError) as err:
+            store.submit("run", bytes(50), "bob")  # 110 bytes of queued requests
+        assert "retry when some have run" in err.value.message
+        with pytest.raises(LimitExceededError) as big:
+            store.submit("run", bytes(101), "bob")
+        assert big.value.problems[0].code == "job_too_large"
+        release.set()
+        assert _final(store, first.id).payload == b"r"
+        assert store._records.bytes == 1
+        store.submit("run", bytes(50), "bob")  # room again
+    finally:
+        release.set()
+        store.close()
+
+
+def test_the_record_cap_drops_finished_records_first() -> None:
+    """NETGRAD_MAX_JOBS counted finished records for their whole TTL: max_jobs tiny jobs
+    locked everyone out for an hour, with Retry-After: 2 (review, stop 24)."""
+    store = LocalJobs(None, _work, None, ttl_s=3600.0, max_jobs=3, threads=1)  # type: ignore[arg-type]
+    try:
+        done = [store.submit("run", b"x", "mallory").id for _ in range(3)]
+        for jid in done:
+            _final(store, jid)
+        fresh = store.submit("run", b"y", "alice")  # the oldest of mallory's goes
+        assert _final(store, fresh.id).payload == b"y"
+        assert store.get(done[0]) is None and store.get(done[2]) is not None
     finally:
         store.close()
 
@@ -67,7 +112,8 @@ def test_without_a_budget_results_stay_until_they_expire() -> None:
 
 @pytest.fixture(scope="module")
 def small_store() -> Any:
-    settings = Settings(workers=1, job_timeout_s=20.0, executor="pool", job_store_bytes=200)
+    # the docs' run request (under 1 500 bytes) fits, its 1 748-byte answer does not
+    settings = Settings(workers=1, job_timeout_s=20.0, executor="pool", job_store_bytes=1500)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
 
