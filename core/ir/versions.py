@@ -64,6 +64,8 @@ def honest_advice(exc: NetgradError, retry: Callable[[], object]) -> NetgradErro
 
         problems = [dataclasses.replace(p, message=rewrite(p.message)) for p in exc.problems]
         return type(exc)(rewrite(exc.message), problems)
+    except Exception:  # noqa: BLE001 - a check of the advice only: the error stays the answer
+        return exc
     return exc
 
 
