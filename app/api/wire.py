@@ -28,6 +28,7 @@ from app.api.hints import refuse_other_media
 from app.api.negotiation import Body, Media, json_bytes, json_only, protobuf_fallback
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, limits
+from core.proto import jsonmap as core_jsonmap
 from core.types import Diagnostic, GradientSlice, GradValue
 from core.verify import InputSpec, RandomSpec, TensorSpec, VerifyOptions, VerifyReport
 
@@ -230,7 +231,7 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
         if lone:
             head = lone[0].message if len(lone) == 1 else (
                 f"{len(lone)} strings hold a lone surrogate; the first: {lone[0].message}")
-            raise DecodeError(head, lone)
+            raise core_jsonmap.with_ops(DecodeError(head, lone), obj, cls)
     # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
     # neither key (nor a \u escape, which could spell one) has none to depth-check.
     may_nest = '"n"' in text or '"nets"' in text or "\\u" in text

@@ -277,6 +277,9 @@ class LocalJobs:
         self.work = work
         self.config = config
         self._records = _Records(ttl_s, max_jobs, max_bytes)
+        # requests of queued jobs: the thread pool's work items name the job only, so a
+        # cancelled job's request is freed at once, not when a thread reaches its item
+        self._requests: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=max(1, threads),
                                            thread_name_prefix="netgrad-job")
@@ -297,13 +300,15 @@ class LocalJobs:
         """
         with self._lock:
             rec = self._records.add(kind, owner, max_owned, len(request))
-        self._threads.submit(self._run, rec.id, kind, request)
+            self._requests[rec.id] = request
+        self._threads.submit(self._run, rec.id, kind)
         return rec
 
-    def _run(self, jid: str, kind: str, request: bytes) -> None:
+    def _run(self, jid: str, kind: str) -> None:
         with self._lock:
+            request = self._requests.pop(jid, None)
             rec = self._records.update(jid, status="running")
-        if rec is None or rec.status != "running":
+        if request is None or rec is None or rec.status != "running":
             return
 
         def progress(done: int, total: int) -> None:
@@ -335,7 +340,10 @@ class LocalJobs:
         """Cancel ``jid`` unless it finished; its record, or ``None`` (unknown, expired, or
         not ``owner``'s: then nothing is cancelled)."""
         with self._lock:
-            return self._records.cancel(jid, owner)
+            rec = self._records.cancel(jid, owner)
+            if rec is not None and rec.status == "cancelled":
+                self._requests.pop(jid, None)
+            return rec
 
     def in_flight(self, owner: str) -> int:
         """Jobs of ``owner`` queued or running."""
@@ -346,6 +354,7 @@ class LocalJobs:
         """Stop taking jobs; running ones are asked to stop."""
         with self._lock:
             self._records.cancelled.update(self._records.jobs)
+            self._requests.clear()
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 

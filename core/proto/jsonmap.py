@@ -120,13 +120,25 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         return json_format.ParseDict(
             work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
         )
+    except DecodeError as exc:  # (a text field's value, from _walk_text_fields)
+        raise with_ops(exc, obj, cls) from exc
     except json_format.ParseError as exc:
+        # json_format reads a string or an array where a message belongs key by key (its
+        # letters, its items): say what the value is instead of naming a "field" R
+        shapes = _not_objects(obj, cls.DESCRIPTOR)
+        if shapes:
+            raise with_ops(DecodeError(shapes[0].message if len(shapes) == 1 else
+                                       f"{len(shapes)} values are not JSON objects; the "
+                                       f"first: {shapes[0].message}", shapes), obj, cls) from exc
         unknown = _unknown_field(exc, cls)
         if unknown is not None:
-            raise _with_ops(_all_unknown(obj, cls, unknown), obj, cls) from exc
-        raise _with_ops(_located(exc, work, cls), obj, cls) from exc
+            raise with_ops(_all_unknown(obj, cls, unknown), obj, cls) from exc
+        raise with_ops(_located(exc, work, cls), obj, cls) from exc
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        raise _with_ops(_located(exc, work, cls), obj, cls) from exc
+        shapes = _not_objects(obj, cls.DESCRIPTOR)
+        if shapes:
+            raise with_ops(DecodeError(shapes[0].message, shapes), obj, cls) from exc
+        raise with_ops(_located(exc, work, cls), obj, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
@@ -137,7 +149,51 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
 _SEGMENT = re.compile(r"(?P<name>[^.\[\]]+)(?:\[(?P<k>\d+)\])?")
 
 
-def _with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
+def _not_objects(obj: Any, desc: Any) -> list[Diagnostic]:
+    """Each value of ``obj`` where a message belongs that is not a JSON object (on the error
+    path: at most :data:`MAX_UNKNOWN_VISITS` values, :data:`MAX_UNKNOWN_LISTED` problems)."""
+    problems: list[Diagnostic] = []
+    visits = [0]
+
+    def kind(v: Any) -> str:
+        return _JSON_KINDS.get(type(v).__name__, type(v).__name__)
+
+    def walk(value: Any, d: Any, path: str) -> None:
+        by_name = d.fields_by_name
+        for key, inner in value.items():
+            visits[0] += 1
+            if visits[0] > MAX_UNKNOWN_VISITS or len(problems) >= MAX_UNKNOWN_LISTED:
+                return
+            f = by_name.get(key) or _by_json_name(d).get(key)
+            if f is None or f.message_type is None or inner is None:
+                continue
+            if f.message_type.GetOptions().map_entry:
+                continue
+            here = f"{path}.{f.name}" if path else f.name  # (proto names, as _located)
+            items = enumerate(inner) if f.is_repeated and type(inner) is list else None
+            if f.is_repeated and items is None:
+                continue  # (not an array: json_format's own words name it)
+            for k, item in items if items is not None else [(None, inner)]:
+                at = here if k is None else f"{here}[{k}]"
+                if type(item) is dict:
+                    walk(item, f.message_type, at)
+                elif f.message_type.full_name.startswith("google.protobuf."):
+                    continue  # (well-known types take other JSON values)
+                else:
+                    problems.append(Diagnostic(
+                        "error", "invalid_field",
+                        f"{at}: expected a JSON object ({f.message_type.name}), got "
+                        f"{kind(item)}", path=at))
+
+    if type(obj) is dict:
+        try:
+            walk(obj, desc, "")
+        except RecursionError:  # (depth is checked before decoding; a locating aid only)
+            return []
+    return problems
+
+
+def with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
     """``err`` with each problem inside an OperatorDef naming that op's index and type.
 
     A problem's field path (``net.op[2].arg[0].n.op[1].inptu``) is followed through ``obj``;
@@ -164,9 +220,12 @@ def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None
         if m is None or desc is None or type(value) is not dict:
             break
         f = desc.fields_by_name.get(m["name"]) or _by_json_name(desc).get(m["name"])
-        if f is None or m["name"] not in value:
+        if f is None:
             break
-        value, desc = value[m["name"]], f.message_type
+        key = next((k for k in (m["name"], f.name, f.json_name) if k in value), None)
+        if key is None:
+            break
+        value, desc = value[key], f.message_type
         if m["k"] is not None:
             k = int(m["k"])
             if type(value) is not list or k >= len(value):
@@ -422,9 +481,9 @@ def _b64_to_text(value: str, where: str) -> str:
 
 def _text_to_b64(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise DecodeError.at(
-            f"{where} must be a JSON string (UTF-8 text), got {type(value).__name__}",
-            path=where, code="invalid_field")
+        got = _JSON_KINDS.get(type(value).__name__, type(value).__name__)
+        raise DecodeError.at(f"{where} must be a JSON string (UTF-8 text), got {got}",
+                             path=where, code="invalid_field")
     return base64.b64encode(value.encode("utf-8")).decode("ascii")
 
 

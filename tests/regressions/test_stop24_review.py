@@ -338,3 +338,55 @@ def test_densify_makes_a_slice_into_a_control_op_dense(kind: str) -> None:
     if kind == "If":
         feeds["c"] = np.array(True)
     _dense_check(net, ["Z"], feeds, ["X"], densify=True)
+
+
+# --- adversarial review 3, stop 24 --------------------------------------------------------------
+def test_a_cancelled_queued_job_frees_its_request() -> None:
+    """The thread pool's work item held the request of a cancelled queued job until a
+    thread reached it: submit + cancel grew memory past the byte budget."""
+    import sys
+    import threading
+
+    from core.executor.jobstore import LocalJobs
+
+    release = threading.Event()
+
+    def work(kind: str, request: bytes, *rest: Any) -> tuple[str, bytes]:
+        release.wait(10)
+        return "done", b""
+
+    store = LocalJobs(None, work, None, ttl_s=60.0, threads=1,  # type: ignore[arg-type]
+                      max_bytes=10_000)
+    try:
+        store.submit("run", b"busy")  # holds the only thread
+        body = bytes(5000)
+        alone = sys.getrefcount(body)
+        rec = store.submit("run", body)
+        assert sys.getrefcount(body) > alone  # the store holds it while queued
+        cancelled = store.cancel(rec.id)
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert sys.getrefcount(body) == alone  # freed at once, not when a thread gets to it
+        assert store._records.bytes == 4  # the busy job's request only
+    finally:
+        release.set()
+        store.close()
+
+
+@pytest.mark.parametrize(("op", "says"), [
+    ("Relu", "net.op[0]: expected a JSON object (OperatorDef), got a string"),
+    ([1, 2], "net.op[0]: expected a JSON object (OperatorDef), got an array"),
+])
+def test_a_value_that_is_not_an_object_is_named_for_what_it_is(
+        gen_client: TestClient, op: Any, says: str) -> None:
+    """json_format read a string where an op belongs letter by letter ("net.op[0].R:
+    unknown field"), and an array of numbers as "got a number"."""
+    (p,) = _errors(gen_client, {"net": {"op": [op]}, "ys": ["y"]})
+    assert p["message"] == says and p["op_index"] == 0 and p["path"] == "net.op[0]"
+
+
+def test_a_text_field_of_the_wrong_type_names_its_op(gen_client: TestClient) -> None:
+    ops = [{"type": "Relu", "input": ["x"], "output": ["y"]},
+           {"type": "Scale", "input": ["y"], "output": ["z"], "arg": [{"name": "a", "s": 5}]}]
+    (p,) = _errors(gen_client, {"net": {"op": ops}, "ys": ["z"]})
+    assert (p["op_index"], p["op_type"]) == (1, "Scale")
+    assert p["message"].endswith("got a number")
