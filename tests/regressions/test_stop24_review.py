@@ -390,3 +390,27 @@ def test_a_text_field_of_the_wrong_type_names_its_op(gen_client: TestClient) -> 
     (p,) = _errors(gen_client, {"net": {"op": ops}, "ys": ["z"]})
     assert (p["op_index"], p["op_type"]) == (1, "Scale")
     assert p["message"].endswith("got a number")
+
+
+def test_a_makers_own_partial_named_like_a_forward_blob_is_not_rebound() -> None:
+    """Long fuzz, seed 20261213: ``Sqrt(p3) -> p3_grad`` (a forward blob named like p3's
+    gradient), then ``p3_grad`` scaled in place. SqrtGradient's Div read its own partial
+    ``p3_grad`` and the forward output of that name; recompute rebound both to the
+    recomputed output, a 200 with p3's gradient 1.0 against -0.23. Now the partial is the
+    maker's, and writing over the forward blob is a gradient_name_collision."""
+    from tests.fuzz.property import check_outcome
+
+    net = caffe2_pb2.NetDef(name="fuzz")
+    net.op.extend([make_op("Scale", ["p1"], ["p1"], [make_arg("scale", 0.5)]),
+                   make_op("Sum", ["p1", "p1"], ["p1_grad"]),
+                   make_op("Sqrt", ["p3"], ["p3_grad"]),
+                   make_op("Scale", ["p3_grad"], ["p3_grad"], [make_arg("scale", 0.5)]),
+                   make_op("Sum", ["p3_grad", "p3_grad"], ["v5"]),
+                   make_op("Scale", ["v5"], ["v6"], [make_arg("scale", -0.5)])])
+    inputs = [InputSpec.from_array("p1", np.zeros((2, 2))),
+              InputSpec.from_array("p3", np.full((2, 2), 0.5))]
+    for recompute in (True, False):
+        with pytest.raises(NetgradError) as err:
+            gradient_for_net(net, ["v6"], recompute=recompute)
+        assert err.value.problems[0].code == "gradient_name_collision"
+        assert check_outcome(net, ["v6"], inputs, recompute) == "4xx"
