@@ -8,9 +8,10 @@ Usage::
     netgrad grad FILE [--ys BLOB ...] [--skip N] [--format pbtxt|json] [--url URL] [--recompute]
                  [--densify] [--api-key KEY]
     netgrad verify FILE [--ys BLOB ...] [--init-net F] [--inputs F] [--random B:D1,D2 ...]
-                   [--mode fast|full] [--check BLOB ...] [--url URL] [--api-key KEY]
-    netgrad run FILE --fetch BLOB ... [--ys BLOB ...] [--init-net F] [--inputs F] [--url URL]
-                [--api-key KEY]
+                   [--mode fast|full] [--check BLOB ...] [--skip N] [--recompute] [--densify]
+                   [--url URL] [--api-key KEY]
+    netgrad run FILE --fetch BLOB ... [--ys BLOB ...] [--init-net F] [--inputs F] [--skip N]
+                [--recompute] [--densify] [--url URL] [--api-key KEY]
     netgrad ops [--status STATUS] [--format text|json] [--url URL] [--api-key KEY]
     netgrad --version
 

@@ -96,7 +96,8 @@ def _ys_entries(field: Any, ys: Sequence[str]) -> None:
 def verify_request(ns: argparse.Namespace, net: caffe2_pb2.NetDef, ys: list[str],
                    init_net: caffe2_pb2.NetDef | None) -> netgrad_pb2.VerifyRequest:
     """The ``VerifyRequest`` of ``netgrad verify``'s arguments."""
-    req = netgrad_pb2.VerifyRequest(net=net, skip=ns.skip, recompute=ns.recompute)
+    req = netgrad_pb2.VerifyRequest(net=net, skip=ns.skip, recompute=ns.recompute,
+                                    densify=ns.densify)
     _ys_entries(req.ys, ys)
     if init_net is not None:
         req.init_net.CopyFrom(init_net)
@@ -116,7 +117,7 @@ def run_request(ns: argparse.Namespace, net: caffe2_pb2.NetDef,
                 init_net: caffe2_pb2.NetDef | None) -> netgrad_pb2.RunRequest:
     """The ``RunRequest`` of ``netgrad run``'s arguments."""
     req = netgrad_pb2.RunRequest(net=net, fetch=list(ns.fetch), skip=ns.skip,
-                                 recompute=ns.recompute)
+                                 recompute=ns.recompute, densify=ns.densify)
     _ys_entries(req.ys, ns.ys or ())
     if init_net is not None:
         req.init_net.CopyFrom(init_net)
@@ -196,7 +197,7 @@ def verify_local(req: netgrad_pb2.VerifyRequest) -> netgrad_pb2.VerifyResponse:
     options.inputs = prepare_inputs(req.net, options.inputs,
                                     req.init_net if req.HasField("init_net") else None)
     res = verify_net(req.net, wire.ys_value(req.ys), options, skip=req.skip,
-                     recompute=req.recompute)
+                     recompute=req.recompute, densify=req.densify)
     verdict = _verdict(res.report)
     report = wire.report_pb(res.report, [*res.diagnostics, verdict])
     return netgrad_pb2.VerifyResponse(
@@ -214,7 +215,7 @@ def run_local(req: netgrad_pb2.RunRequest) -> netgrad_pb2.RunResponse:
                             req.init_net if req.HasField("init_net") else None)
     res = run_net(req.net, inputs, list(req.fetch),
                   ys=wire.ys_value(req.ys) if len(req.ys) else None, skip=req.skip,
-                  recompute=req.recompute)
+                  recompute=req.recompute, densify=req.densify)
     return netgrad_pb2.RunResponse(
         outputs=[netgrad_pb2.BlobValue(blob=b, tensor=wire.tensor_pb(a))
                  for b, a in res.outputs.items()],
@@ -280,6 +281,9 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
     p.add_argument("--recompute", action="store_true",
                    help="re-run producers of values overwritten in place instead of failing "
                         "(default: off)")
+    p.add_argument("--densify", action="store_true",
+                   help="sum sparse and dense gradients of one blob densely (SparseToDense) "
+                        "instead of failing (default: off)")
     if inputs:
         p.add_argument("--init-net", metavar="FILE",
                        help="a Caffe2 init_net (.pb, .pbtxt or .json) run first; the blobs it "

@@ -39,3 +39,23 @@ def test_densify_flag_local_and_remote(tmp_path: Path, capsys: pytest.CaptureFix
         assert cli.main(["grad", str(path), "--ys", "loss", "--densify", "--url", url]) == 0
         remote = capsys.readouterr().out
     assert remote == local
+
+
+def test_verify_and_run_take_densify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README named ``--densify`` for the CLI, but only ``grad`` had it (walkthrough,
+    stop 24); ``verify`` and ``run`` refused the flag."""
+    import json
+
+    path = _mixed(tmp_path)
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps([
+        {"blob": "E", "random": {"shape": [4, 3], "distribution": "away_from_zero"}},
+        {"blob": "I", "tensor": {"shape": [3], "dtype": "int64", "data": [0, 2, 2]}}]))
+    common = [str(path), "--ys", "loss", "--inputs", str(inputs)]
+    assert cli.main(["verify", *common, "--check", "E"]) != 0  # mixed_sparse_dense
+    assert "mixed_sparse_dense" in capsys.readouterr().err
+    assert cli.main(["verify", *common, "--check", "E", "--mode", "full", "--densify"]) == 0
+    assert "E" in capsys.readouterr().out
+    assert cli.main(["run", *common, "--fetch", "E_grad", "--densify"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["E_grad"]["shape"] == [4, 3]

@@ -11,10 +11,8 @@ from typing import Any
 from api_schemas import netgrad_pb2
 from app.api import wire
 from app.errors import ProblemError
-from core.errors import InvalidRequestError
 from core.executor.jobs import RunResult, run_net
 from core.ir.env import GenLimits
-from core.registry import with_gradient_ops
 from core.verify.init_net import prepare_inputs
 
 
@@ -42,8 +40,6 @@ def run_in_pool(
         req.net, wire.input_specs(req.inputs),
         req.init_net if req.HasField("init_net") else None, pool,
     )
-    if req.densify:
-        return _run_densified(req, inputs, pool, max_fetch_elements, limits)
     return run_net(
         req.net,
         inputs,
@@ -51,23 +47,8 @@ def run_in_pool(
         ys=wire.ys_value(req.ys) if len(req.ys) else None,
         skip=req.skip,
         recompute=req.recompute,
+        densify=req.densify,
         pool=pool,
         max_fetch_elements=max_fetch_elements,
         gen_limits=limits,
     )
-
-
-def _run_densified(req: netgrad_pb2.RunRequest, inputs: Any, pool: Any,
-                   max_fetch_elements: int, limits: GenLimits) -> RunResult:
-    """``densify``: generate with :func:`core.api.gradient_for_net` (``densify=True``), then
-    run the net with those gradient ops appended, as :func:`run_net` does with ``ys``."""
-    from core.api import gradient_for_net
-
-    if not len(req.ys):
-        raise InvalidRequestError("densify applies only when ys is given")
-    gen = gradient_for_net(req.net, wire.ys_value(req.ys), req.skip, limits=limits,
-                           recompute=req.recompute, densify=True)
-    ran = run_net(with_gradient_ops(req.net, gen.grad_ops), inputs, list(req.fetch), pool=pool,
-                  max_fetch_elements=max_fetch_elements, gen_limits=limits)
-    return RunResult(ran.outputs, list(gen.grad_ops), dict(gen.grad_map),
-                     list(gen.diagnostics) + list(ran.diagnostics or ()))

@@ -165,6 +165,7 @@ def run_net(
     ys: Sequence[str] | Mapping[str, GradValue] | None = None,
     skip: int = 0,
     recompute: bool = False,
+    densify: bool = False,
     pool: Any = None,
     max_fetch_elements: int = DEFAULT_MAX_FETCH_ELEMENTS,
     gen_limits: GenLimits | None = None,
@@ -184,13 +185,15 @@ def run_net(
             forward only.
         skip: with ``ys``: ignore the first ``skip`` ops for the gradient (they still run).
         recompute: with ``ys``: see :func:`core.api.gradient_for_net`.
+        densify: with ``ys``: see :func:`core.api.gradient_for_net`.
         pool: a :class:`core.executor.pool.WorkerPool` for the numeric work (else in-process).
         max_fetch_elements: cap on the returned elements.
         gen_limits: gradient-generation limits.
         limits: job limits (default: the pool's / process defaults).
 
     Raises:
-        InvalidRequestError: ``skip``/``recompute`` without ``ys``; bad inputs or fetch list.
+        InvalidRequestError: ``skip``/``recompute``/``densify`` without ``ys``; bad inputs or
+            fetch list.
         GradientError (and subclasses), InvalidNetError: gradient generation failed.
         ExecutionError, LimitExceededError: running or fetching failed (see :func:`run_job`).
     """
@@ -200,11 +203,14 @@ def run_net(
     full = net
     result = RunResult({})
     if ys:
-        gen = gradient_for_net(net, ys, skip, limits=gen_limits, recompute=recompute)
+        gen = gradient_for_net(net, ys, skip, limits=gen_limits, recompute=recompute,
+                               densify=densify)
         full = with_gradient_ops(net, gen.grad_ops)
         result = RunResult({}, list(gen.grad_ops), dict(gen.grad_map), list(gen.diagnostics))
     elif skip or recompute:
         raise InvalidRequestError("skip and recompute apply only when ys is given")
+    elif densify:
+        raise InvalidRequestError("densify applies only when ys is given")
     args = (full.SerializeToString(), list(inputs), list(fetch), max_fetch_elements, limits)
     result.outputs = pool.submit(run_job, *args) if pool is not None else run_job(*args)
     return result
