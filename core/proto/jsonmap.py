@@ -113,7 +113,8 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         DecodeError: as for :func:`from_json`.
     """
     if not isinstance(obj, dict):
-        raise DecodeError(f"{cls.DESCRIPTOR.name} must be a JSON object")
+        got = _JSON_KINDS.get(type(obj).__name__, type(obj).__name__)
+        raise DecodeError(f"expected a JSON object ({cls.DESCRIPTOR.name}), got {got}")
     work = None
     try:
         work = _walk_text_fields(obj, cls.DESCRIPTOR, _text_to_b64)
