@@ -51,6 +51,10 @@ BARE_OP = (
     "that wraps it: {\"op\": <your OperatorDef>, \"g_output\": [\"<output>_grad\", ...]} "
     "(one gradient entry, or null, per output of the op)"
 )
+NET_ON_OP_HINT = (
+    "/v1/gradients/op takes one op: {\"op\": <OperatorDef>, \"g_output\": [...]}; for the "
+    "gradient of a whole net send {\"net\": ..., \"ys\": [...]} to POST /v1/gradients/net"
+)
 JOB_HINT = (
     "a /v1/jobs body wraps a /v1/verify or a /v1/run request: {\"verify\": {\"net\": ..., "
     "\"ys\": [...], \"inputs\": [...]}} or {\"run\": {\"net\": ..., \"fetch\": [...]}} "
@@ -380,6 +384,8 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
             return bare_net_hint(route)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
+        if route == "/v1/gradients/op" and path == "net":
+            return NET_ON_OP_HINT
         if route == "/v1/verify" and path == "verify":
             return VERIFY_NESTED_HINT
         return _did_you_mean(path, route, top_level=True)

@@ -414,3 +414,11 @@ def test_a_makers_own_partial_named_like_a_forward_blob_is_not_rebound() -> None
             gradient_for_net(net, ["v6"], recompute=recompute)
         assert err.value.problems[0].code == "gradient_name_collision"
         assert check_outcome(net, ["v6"], inputs, recompute) == "4xx"
+
+
+def test_a_net_body_on_the_op_route_points_to_the_net_route(gen_client: TestClient) -> None:
+    """It suggested the nested field ``op.arg.nets`` for ``net`` (final check, stop 24)."""
+    r = gen_client.post("/v1/gradients/op", json={"net": {"op": []}, "ys": ["y"]})
+    assert r.status_code == 400
+    assert "POST /v1/gradients/net" in r.json()["detail"]
+    assert "op.arg.nets" not in r.text
