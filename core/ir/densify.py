@@ -58,10 +58,7 @@ def densify_slices(
     """
     made: list[str] = []
     for gs, device in slices:
-        key = "\0densify:" + name
-        k = env.counters.get(key, 0)
-        env.counters[key] = k + 1
-        dense = f"_{name}_grad_densified_{k}"
+        dense = _densified_name(env, name)
         op = make_op("SparseToDense", [gs.indices, gs.values, like], [dense])
         if device is not None:
             op.device_option.CopyFrom(device)
@@ -77,6 +74,14 @@ def densify_slices(
         blobs=(name, *made),
     )
     return made
+
+
+def _densified_name(env: GenEnv, name: str) -> str:
+    """A fresh ``_<name>_grad_densified_<k>`` (``k`` counts per blob and request)."""
+    key = "\0densify:" + name
+    k = env.counters.get(key, 0)
+    env.counters[key] = k + 1
+    return f"_{name}_grad_densified_{k}"
 
 
 def _known_numel(name: str, forward_ops: Sequence[OperatorDef]) -> int | None:
@@ -118,10 +123,7 @@ def densify_outputs(bp: Any, idx: int, g_output: Sequence[GradValue],
     for j, g in enumerate(g_output):
         if not isinstance(g, GradientSlice):
             continue
-        key = "\0densify:" + outputs[j]
-        k = env.counters.get(key, 0)
-        env.counters[key] = k + 1
-        dense = f"_{outputs[j]}_grad_densified_{k}"
+        dense = _densified_name(env, outputs[j])
         op = make_op("SparseToDense", [g.indices, g.values, outputs[j]], [dense])
         op.is_gradient_op = True
         fwd = bp.ops[idx]
