@@ -15,7 +15,7 @@ from core.ir.backward import NetGradientResult, OpGradientResult, net_gradient, 
 from core.ir.collisions import refuse_duplicate_outputs
 from core.ir.env import GenLimits
 from core.ir.ssa import CONTROL_OP_TYPES
-from core.types import GradValue
+from core.types import Diagnostic, GradValue
 
 __all__ = ["NetGradientResult", "OpGradientResult", "gradient_for_net", "gradient_for_op"]
 
@@ -34,7 +34,34 @@ def gradient_for_op(
     if (len(set(op.output)) < len(op.output) and op.type not in CONTROL_OP_TYPES
             and any(g is not None for g in g_output)):  # (as the backward pass refuses it)
         refuse_duplicate_outputs(op.type, op.output, 0, f"op[0]:{op.type}")
-    return op_gradient(op, g_output, limits or GenLimits())
+    res = op_gradient(op, g_output, limits or GenLimits())
+    _note_partials(op, res)
+    return res
+
+
+def _note_partials(op: caffe2_pb2.OperatorDef, res: OpGradientResult) -> None:
+    """Warn when one blob read at several inputs got several gradients (``Mul(x, x)``).
+
+    ``g_input`` has one entry per input position, as Caffe2's ``GetGradientForOp``; the
+    blob's gradient is then the sum of its entries, which the caller must add (the net
+    routes sum them). Dense gradients only; a control op's workspace blob is skipped.
+    """
+    by_blob: dict[str, list[int]] = {}
+    for k, name in enumerate(op.input):
+        g = res.g_input[k] if k < len(res.g_input) else None
+        if isinstance(g, str):
+            by_blob.setdefault(name, []).append(k)
+    for name, ks in by_blob.items():
+        grads = list(dict.fromkeys(str(res.g_input[k]) for k in ks))
+        if len(grads) < 2:
+            continue
+        res.diagnostics.append(Diagnostic(
+            "warning", "partial_input_gradients",
+            f"{op.type} reads '{name}' at inputs {', '.join(map(str, ks))}: each g_input "
+            f"entry is one partial gradient ({', '.join(grads)}), and the gradient of "
+            f"'{name}' is their sum; add them (Sum), or send the op as a one-op net to "
+            "/v1/gradients/net, which sums them",
+            0, op.type, f"op[0]:{op.type}", (name, *grads)))
 
 
 def gradient_for_net(

@@ -40,6 +40,7 @@ NET_ROUTES = frozenset({"/v1/gradients/net", "/v1/verify", "/v1/run", "/v1/jobs"
 
 _NET_FIELDS = {f.name for f in caffe2_pb2.NetDef.DESCRIPTOR.fields}
 _OP_FIELDS = {f.name for f in caffe2_pb2.OperatorDef.DESCRIPTOR.fields}
+_OP_REQUEST = {f.name for f in netgrad_pb2.OpGradientRequest.DESCRIPTOR.fields}
 
 BARE_NET = (
     "the body looks like a bare caffe2.NetDef; send the request message {kind} that wraps it: "
@@ -54,6 +55,16 @@ BARE_OP = (
 NET_ON_OP_HINT = (
     "/v1/gradients/op takes one op: {\"op\": <OperatorDef>, \"g_output\": [...]}; for the "
     "gradient of a whole net send {\"net\": ..., \"ys\": [...]} to POST /v1/gradients/net"
+)
+OP_ON_NET_HINT = (
+    "the body looks like an OpGradientRequest ({{\"op\": ..., \"g_output\": [...]}}): POST it "
+    "to /v1/gradients/op, or send the op as a one-op net to {route}: "
+    "{{\"net\": {{\"op\": [<your OperatorDef>]}}, {rest}}}"
+)
+BARE_OP_ON_NET_HINT = (
+    "the body looks like a bare caffe2.OperatorDef; {route} takes a net: send "
+    "{{\"net\": {{\"op\": [<your OperatorDef>]}}, {rest}}}, or POST {{\"op\": <your "
+    "OperatorDef>, \"g_output\": [\"<output>_grad\", ...]}} to /v1/gradients/op"
 )
 JOB_HINT = (
     "a /v1/jobs body wraps a /v1/verify or a /v1/run request: {\"verify\": {\"net\": ..., "
@@ -77,6 +88,11 @@ VERIFY_NESTED_HINT = (
 PARTIAL_HINT = (
     "for a partial gradient, differentiate only outputs that do not depend on this op "
     "(`ys`), or leave the ops before the part you need out with `skip` (the first N ops)"
+)
+G_OUTPUT_HINT = (
+    "give one entry per output of the op, in output order: a gradient blob name (the "
+    "output's gradient, e.g. \"y_grad\"), or null for an output without one, e.g. "
+    "\"g_output\": [\"y_grad\"]"
 )
 UNKNOWN_YS_HINT = "`ys` must name blobs that ops of the net write, e.g. its external_output"
 PBTXT_HINT = (
@@ -340,6 +356,17 @@ def bare_net_hint(route: str) -> str:
     return BARE_NET.format(kind=desc.name, extra=extra)
 
 
+def op_on_net_hint(route: str, bare: bool) -> str:
+    """What to send to the net route ``route`` instead of an OpGradientRequest (``bare``:
+    instead of a bare OperatorDef)."""
+    desc = ROUTE_MESSAGES.get(route)
+    name = desc.name if desc is not None else ""
+    rest = {"RunRequest": '"fetch": ["<blob>"], "inputs": [...]',
+            "VerifyRequest": '"ys": ["<output blob>"], "inputs": [...]'}.get(
+        name, '"ys": ["<output blob>"]')
+    return (BARE_OP_ON_NET_HINT if bare else OP_ON_NET_HINT).format(route=route, rest=rest)
+
+
 def bare_text_hint(message_name: str) -> str:
     """What to send instead of a bare NetDef / OperatorDef in text format, for the request
     message ``message_name`` (e.g. ``NetGradientRequest``)."""
@@ -382,6 +409,11 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
         bare_net = route in ROUTE_MESSAGES and route != "/v1/gradients/op"
         if bare_net and "op" in unknown and unknown <= _NET_FIELDS:
             return bare_net_hint(route)
+        if bare_net and route != "/v1/jobs" and "op" in unknown and unknown <= _OP_REQUEST:
+            return op_on_net_hint(route, bare=False)
+        if (bare_net and route != "/v1/jobs" and "type" in unknown and unknown <= _OP_FIELDS
+                and unknown & {"input", "output"}):
+            return op_on_net_hint(route, bare=True)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
         if route == "/v1/gradients/op" and path == "net":
@@ -405,6 +437,9 @@ def _hint(p: Diagnostic, route: str, unknown: set[str]) -> str | None:
         return f"did you mean `{near}`?" if near is not None and near != leaf else None
     if p.code == "invalid_field" and path == "ys" and "required" in p.message:
         return YS_HINT
+    if (p.code == "invalid_field" and path == "g_output" and "required" in p.message
+            and route == "/v1/gradients/op"):
+        return G_OUTPUT_HINT
     if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
         return INPUTS_HINT
     # (an unknown op type's nearest names come from the engine: code unknown_operator)
@@ -428,10 +463,18 @@ def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:
 
 def detail_with_hints(detail: str, problems: Iterable[Diagnostic], before: Iterable[Diagnostic]
                       ) -> str:
-    """``detail`` plus the first hint added to ``problems`` (compared with ``before``)."""
+    """``detail`` plus the first hint added to ``problems`` (compared with ``before``), put
+    right after that problem's own words where the detail quotes them (``gOutputs: unknown
+    field; did you mean `g_output`?; g_output: field required``), else at the end."""
     for new, old in zip(problems, before, strict=False):
         if new.message != old.message:
-            return join_hint(detail, new.message[len(_stem(old.message)) + 2:])
+            hint = new.message[len(_stem(old.message)) + 2:]
+            own = _stem(old.message)
+            at = detail.find(own)
+            if own and at >= 0 and detail[at + len(own):at + len(own) + 1] in (";", ""):
+                end = at + len(own)
+                return f"{detail[:end]}; {hint}{detail[end:]}"
+            return join_hint(detail, hint)
     return detail
 
 

@@ -152,7 +152,13 @@ def job_work(kind: str, request: bytes, config: JobConfig, backend: Backend,
     except JobCancelledError:
         return "cancelled", b""
     except NetgradError as exc:  # (the synchronous route's problem: paths as in its body)
-        msg = problem_message(status_for(exc), exc.code, exc.message, exc.problems)
+        from app.api.hints import detail_with_hints, with_hints
+
+        # the fixes the synchronous route appends (review, stop 25: the job's problem lacked
+        # them)
+        problems = with_hints(f"/v1/{kind}", exc.problems)
+        detail = detail_with_hints(exc.message, problems, exc.problems)
+        msg = problem_message(status_for(exc), exc.code, detail, problems)
         return "failed", msg.SerializeToString(deterministic=True)
     except ProblemError as exc:
         msg = problem_message(exc.status, exc.code, exc.detail, exc.problems)

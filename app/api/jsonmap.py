@@ -261,6 +261,8 @@ def _entries(f: Any, opts: Any, value: Any, path: str, caffe2: Caffe2Reader,
         return out
     if type(value) is not dict:
         kinds = "a JSON object or a list of names" if opts.or_keys else "a JSON object"
+        if opts.or_keys and type(value) is str:  # one name: a list of it
+            kinds += f" (for one name, a list of it: {json.dumps([value[:60]])})"
         raise _Invalid("invalid_field", path, f"must be {kinds}")
     out = []
     for key, v in value.items():

@@ -10,6 +10,7 @@ and the engine's own types (gradient values, verification options, reports, tens
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,6 +81,15 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
         _check_required(decoded.msg, "")
     except DecodeError as exc:
         _refuse_bare_message(body.data, cls, exc)
+        if not body.data:  # (an empty body is an empty message: say so, keep the paths)
+            from app.api.hints import article, join_hint
+
+            name = cls.DESCRIPTOR.name
+            empty = (f"the body is empty: send {article(name)} {name} in binary protobuf (or "
+                     "as JSON with Content-Type application/json; see GET /docs)")
+            raise DecodeError(join_hint(exc.message, empty), [
+                dataclasses.replace(p, message=join_hint(p.message, empty))
+                for p in exc.problems]) from exc
         raise
     return observability.request_ops(decoded.msg)
 
@@ -97,19 +107,58 @@ def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
     try:
         (op if is_op else net).ParseFromString(data)
     except message.DecodeError:
+        if not is_op:
+            _refuse_op_on_net(data, cls, exc)
         return
     # (a NetDef's ops have Caffe2 type names: a request missing `net` whose other fields
     # happen to parse as ops, type-less or with a type of control bytes, is not a bare NetDef)
     if not (_OP_TYPE.match(op.type) if is_op
             else len(net.op) and all(_OP_TYPE.match(o.type) for o in net.op)):
+        if not is_op:
+            _refuse_op_on_net(data, cls, exc)
         return
-    route = {netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
-             netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
-             netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run",
-             netgrad_pb2.JobRequest: "/v1/jobs"}
-    hint = bare_net_hint(route.get(cls, ""))
+    hint = bare_net_hint(_ROUTES.get(cls, ""))
     code = "bare_operatordef" if is_op else "bare_netdef"
     raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
+
+
+_ROUTES: dict[Any, str] = {
+    netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
+    netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
+    netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run",
+    netgrad_pb2.JobRequest: "/v1/jobs",
+}
+
+
+def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 pointing to ``/v1/gradients/op`` when a binary body sent to a net route is
+    an OpGradientRequest or a bare OperatorDef (as the JSON hints do).
+
+    Raises:
+        DecodeError: code ``op_request_on_net_route`` or ``bare_operatordef``.
+    """
+    from app.api.hints import join_hint, op_on_net_hint
+
+    route = _ROUTES.get(cls, "")
+    if route in ("", "/v1/jobs"):
+        return
+    req, op = netgrad_pb2.OpGradientRequest(), caffe2_pb2.OperatorDef()
+    try:
+        req.ParseFromString(data)
+        wrapped = bool(_OP_TYPE.match(req.op.type)) and len(req.g_output) > 0
+    except message.DecodeError:
+        wrapped = False
+    if not wrapped:
+        try:
+            op.ParseFromString(data)
+        except message.DecodeError:
+            return
+    if wrapped:
+        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=False)),
+                             code="op_request_on_net_route") from exc
+    if _OP_TYPE.match(op.type) and (op.input or op.output):
+        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
+                             code="bare_operatordef") from exc
 
 
 def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
@@ -212,6 +261,9 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
         as_binary = binary_as_json_hint(text[:2].encode("utf-8"), cls.DESCRIPTOR)
         if as_binary is not None and _parses_as(text, cls):
             hint = f"; {as_binary}"
+        if exc.msg == "Extra data" and not hint:
+            hint = ("; the body holds more after its JSON value (a second object, or trailing "
+                    "text): send one JSON object and nothing after it")
         raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
     except RecursionError as exc:
         raise LimitExceededError.at(

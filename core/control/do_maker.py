@@ -13,6 +13,7 @@ from api_schemas import caffe2_pb2
 from core.control.subnets import (
     INNER_GRAD,
     INNER_GRAD_COPY,
+    bool_arg,
     check_do,
     dedupe_g_output,
     gradient_control_op,
@@ -22,8 +23,9 @@ from core.control.subnets import (
     reject_sparse,
     subnet_gradient,
 )
+from core.ir.env import GenEnv
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
-from core.types import GradValue
+from core.types import Diagnostic, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
 
@@ -43,6 +45,7 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
     """
     op, env = m.op, m.env
     b = check_do(op, env)
+    _check_unbound_reads(op, b.subnet, set(b.inner_to_outer), env)
     copies, g_output = dedupe_g_output(op, m.g_output)
     m.g_input = [None] * len(op.input)
     seeds: dict[str, GradValue] = {}
@@ -127,6 +130,43 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
         severity="info",
     )
     return [*copies, grad]
+
+
+def _check_unbound_reads(op: OperatorDef, subnet: caffe2_pb2.NetDef, bound: set[str],
+                         env: GenEnv) -> None:
+    """Warn about a sub-net that reads a blob no binding provides and none of its ops wrote.
+
+    Caffe2's Do runs its sub-net in a child workspace that sees only the bound names
+    (spec §4.4): without ``reuse_workspace`` the workspace is new on every run, so such a
+    read fails at run time ("blob does not exist") before any gradient runs; with
+    ``reuse_workspace`` the blob may be left by an earlier run, and no gradient flows back
+    through that run. Either way the blob's inner gradient leaves nowhere: a warning names
+    each read (code ``unbound_subnet_read``), located at the reading sub-net op. An input
+    that is also an output of the same op is created by that op (Caffe2 creates outputs
+    first).
+    """
+    written = set(bound)
+    reuse = bool_arg(op, "reuse_workspace")
+    sub_path = f"{env.op_path(env.op_index, op.type)}/net/"
+    for i, sub_op in enumerate(subnet.op):
+        outs = set(sub_op.output)
+        for name in dict.fromkeys(sub_op.input):
+            if name in written or name in outs:
+                continue
+            text = (f"{sub_path}op[{i}]:{sub_op.type} reads '{name}', which no inner_blobs "
+                    "binding of the Do provides and no earlier op of its sub-net writes")
+            if reuse:
+                text += ("; with reuse_workspace it can only be left by an earlier run of "
+                         "this Do, and no gradient flows back through that run")
+            else:
+                text += ("; the Do runs its sub-net in a new workspace that holds only the "
+                         "bound blobs, so the forward Do fails there at run time. Bind it: add "
+                         f"the outer blob to the Do's inputs and '{name}' to inner_blobs (with "
+                         "its index in outer_blobs_idx), or write it in the sub-net first")
+            env.diagnostics.append(Diagnostic("warning", "unbound_subnet_read", text, i,
+                                              sub_op.type, f"{sub_path}op[{i}]:{sub_op.type}",
+                                              (name,)))
+        written.update(outs)
 
 
 def _order_copies(copy_ops: list[OperatorDef], seed_names: set[str]) -> list[OperatorDef]:

@@ -211,7 +211,11 @@ def reject_sparse(env: GenEnv, op: OperatorDef, blob: str, g: GradValue, where: 
             "ops are not supported. Densify it first (EnsureDense / SparseToDense, or Gather "
             "with dense_gradient=1)"
             + ('; or ask for "densify": true, which does that for you.'
-               if where == "output gradient" and not env.densify else "."),
+               if where == "output gradient" and not env.densify
+               else ('; "densify": true densifies gradients outside control ops only: a '
+                     "sparse gradient made inside this op's sub-net leaves it sparse, so "
+                     "densify it inside the sub-net (Gather with dense_gradient=1 there)."
+                     if env.densify else ".")),
             op_index=env.op_index,
             op_type=op.type,
             path=env.op_path(env.op_index, op.type),

@@ -212,7 +212,13 @@ def run_net(
     elif densify:
         raise InvalidRequestError("densify applies only when ys is given")
     args = (full.SerializeToString(), list(inputs), list(fetch), max_fetch_elements, limits)
-    result.outputs = pool.submit(run_job, *args) if pool is not None else run_job(*args)
+    try:
+        result.outputs = pool.submit(run_job, *args) if pool is not None else run_job(*args)
+    except ExecutionError as exc:
+        from core.ir.generators import explain_sparse_sum_failure
+
+        explain_sparse_sum_failure(exc, result.diagnostics)
+        raise
     return result
 
 

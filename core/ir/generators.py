@@ -12,16 +12,16 @@ gradient that other blobs share.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api_schemas import caffe2_pb2
-from core.errors import GradientError
+from core.errors import ExecutionError, GradientError
 from core.ir.densify import densify_slices
 from core.ir.env import GenEnv
 from core.ir.renaming import g_name, rename_input, rename_output
 from core.ir.versions import VersionedSSA
 from core.registry import make_arg, make_op
-from core.types import GradientSlice, GradValue
+from core.types import Diagnostic, GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
 DeviceOption = caffe2_pb2.DeviceOption
@@ -225,6 +225,37 @@ class GradientRecord(VersionedSSA):
                 concat_ops, sparse_grad = self._sparse_concat(name, gens)
                 grad_ops.extend(concat_ops)
                 input_to_grad[name] = sparse_grad
+                self._warn_index_ranks(name, usage, concat_ops[0])
+
+    def _warn_index_ranks(self, name: str, usage: Sequence[int], concat: OperatorDef) -> None:
+        """Warn that a sparse sum with a ``Gather``'s indices runs only for agreeing shapes.
+
+        Caffe2's sparse sum (spec §2.7) concatenates the slices' indices and values along
+        axis 0. ``Gather`` takes indices of any rank and passes them on as its slice's
+        indices, so two Gathers of one table with a ``[N]`` and a ``[B, K]`` index blob (or a
+        0-d one) give a ``Concat`` that fails at run time. The shapes are not known when the
+        net is generated, so the sum stays Caffe2's and this says what to change. The
+        segment ops (``SparseLengthsSum``...) take 1-D indices only and need no warning.
+        """
+        gathers = [i for i in usage if i < len(self.op_types) and self.op_types[i] == "Gather"]
+        if not gathers:
+            return
+        i = gathers[0]
+        index_blobs = ", ".join(dict.fromkeys(concat.input))
+        self.env.warn(
+            "sparse_sum_index_shapes",
+            f"the sparse gradients of {name} are summed by Concat along axis 0 of their "
+            f"indices ({index_blobs}) and of their values (Caffe2's sparse sum): the gradient "
+            "net runs only if every index blob is at least 1-D and all agree in the dims "
+            "after the first (1-D indices always do). If a Gather of it takes indices of "
+            "another rank (a [B, K] batch beside an [N] list, or a 0-d index), that Concat "
+            "fails at run time: flatten the indices in the forward net (FlattenToVec before "
+            "the Gather, Reshape after it) or give the Gathers dense_gradient=1 for a dense "
+            "sum",
+            op_index=i + self.offset,
+            op_type="Gather",
+            blobs=(name, *dict.fromkeys(concat.input)),
+        )
 
     def _consumers(self, usage: Sequence[int]) -> str:
         """``op[i]:Type`` of each reader (sub-net path included), for error messages."""
@@ -393,3 +424,18 @@ class GradientRecord(VersionedSSA):
         if not only_tag and gens[0].device is not None:
             op.device_option.CopyFrom(gens[0].device)
         op.device_option.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
+
+
+def explain_sparse_sum_failure(exc: ExecutionError, generated: Sequence[Diagnostic]) -> None:
+    """Add to ``exc`` the generation warning that foretold a failing sparse-sum ``Concat``.
+
+    A sparse sum of Gathers' slices (``sparse_sum_index_shapes``, spec §2.7) runs only when
+    their index blobs agree in shape after the first dim; when its ``Concat`` is the op that
+    failed, the warning says what to change in the forward net. Used by the checker and by
+    ``run_net`` (``/v1/verify``, ``/v1/run``), which know the shapes generation did not.
+    """
+    if not any(":Concat:" in (p.path or "") or ":Concat:" in p.message for p in exc.problems):
+        return
+    for d in generated:
+        if d.code == "sparse_sum_index_shapes":
+            exc.problems.append(replace(d, severity="error"))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.ops._args import get_bool, get_float, get_int, get_order
+from core.ops._args import check_numel, get_bool, get_float, get_int, get_order
 from core.ops._args import kernel_error as _fail
 from core.registry import (
     GradientMaker,
@@ -205,6 +205,7 @@ def resize_nearest(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray
     """
     scales = inputs[1] if len(inputs) > 1 else None
     order, xc, iy, ix = _resize_setup(op, inputs, inputs[0], scales)
+    check_numel((*xc.shape[:2], len(iy), len(ix)), op)  # (before the output is built)
     y = xc[:, :, iy[:, None], ix[None, :]]
     if order == "NHWC":
         y = np.moveaxis(y, 1, -1)

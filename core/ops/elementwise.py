@@ -389,10 +389,12 @@ scale_grad = register_gradient("Scale", op_schema=schema(1, 1))(template("Scale"
 
 @register_kernel("Pow")
 def pow_(op: OperatorDef, inputs: list[Array]) -> list[Array]:
-    """``Y = X ** exponent`` (1 input + arg ``exponent``) or ``Y = A ** B`` (2 inputs, broadcast).
+    """``Y = X ** exponent`` (1 input + arg ``exponent``) or ``Y = A ** B`` (2 inputs of one
+    shape, or with ``broadcast=1`` Caffe2's legacy broadcast of B into A).
 
     Raises:
-        ExecutionError: both or neither of the exponent forms, or bad shapes.
+        ExecutionError: both or neither of the exponent forms, shapes that differ without
+            ``broadcast``, or bad shapes.
     """
     has_exp = find_arg(op, "exponent") is not None
     if has_exp and len(inputs) == 1:
@@ -401,6 +403,16 @@ def pow_(op: OperatorDef, inputs: list[Array]) -> list[Array]:
             y = np.power(x.astype(_float_like(x), copy=False), get_float(op, "exponent", 1.0))
         return [np.asarray(y)]
     if not has_exp and len(inputs) == 2:
+        a, b = np.shape(inputs[0]), np.shape(inputs[1])
+        if not get_int(op, "broadcast", 0) and a != b:
+            # Caffe2's PowOp broadcasts only with broadcast=1 (legacy rule, arg axis); its
+            # gradient reduces to B's shape only then (review, stop 25: a [2, 3] gradient for
+            # a [3] exponent, and a verify refusal naming a generated op)
+            raise kernel_error(
+                op, f"A{list(a)} and B{list(b)} differ in shape and broadcast is not set "
+                "(Caffe2's Pow: 'did you forget to set broadcast=1?'); give "
+                '{"name": "broadcast", "i": 1} (with "axis" where B does not align with '
+                "A's last dims), or inputs of one shape", inputs)
         return [binary_kernel(op, inputs, np.power)]
     raise kernel_error(op, "takes either 1 input and an 'exponent' arg, or 2 inputs", inputs)
 

@@ -191,6 +191,9 @@ def pad_image(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     expect_inputs(op, inputs, 1)
     x = np.asarray(inputs[0])
     ha, wa, rows, cols = _pad_geometry(op, x.shape)
+    out = list(x.shape)
+    out[ha], out[wa] = len(rows), len(cols)
+    check_numel(out, op)  # (before the output is built)
     y = np.take(np.take(x, np.maximum(rows, 0), axis=ha), np.maximum(cols, 0), axis=wa)
     shape = [1] * 4
     shape[ha], shape[wa] = len(rows), 1

@@ -193,7 +193,8 @@ def _dpwp_parts(
     if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
         raise _fail(op, inputs, "X and Y must have the same first dim N")
     n = x.shape[0]
-    x2, y2 = x.reshape(n, -1).astype(np.float64), y.reshape(n, -1).astype(np.float64)
+    x2 = x.reshape(n, int(np.prod(x.shape[1:]))).astype(np.float64)  # (N = 0 keeps its D)
+    y2 = y.reshape(n, int(np.prod(y.shape[1:]))).astype(np.float64)
     dx_, dy_ = x2.shape[1], y2.shape[1]
     d = max(dx_, dy_)
     if get_bool(op, "replicate", False):

@@ -22,6 +22,7 @@ from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, GradientError
 from core.ops._args import (
     ConvPoolGeometry,
+    check_numel,
     conv_pool_geometry,
     get_bool,
     get_float,
@@ -55,8 +56,10 @@ def _canonical_axis(op: OperatorDef, axis: int, ndim: int) -> int:
 
 
 def _flatten2d(x: np.ndarray, axis: int) -> np.ndarray:
-    """View ``x`` as ``prod(shape[:axis]) × prod(shape[axis:])``."""
-    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)
+    """View ``x`` as ``prod(shape[:axis]) × prod(shape[axis:])`` (either may be 0: an empty
+    batch keeps its row width, where ``reshape(0, -1)`` raised)."""
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
 
 
 def _to_nchw(x: np.ndarray, order: str) -> np.ndarray:
@@ -167,9 +170,19 @@ def fc_transposed_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np
 # ---------------------------------------------------------------------------------------------
 
 
+#: Names the padded copy of a kernel's input in size refusals (the executor adds the op).
+_PAD_OP = caffe2_pb2.OperatorDef(type="padded input")
+
+
 def _pad(x: np.ndarray, geo: ConvPoolGeometry, value: float) -> np.ndarray:
-    """Pad the spatial dims of an (N, C, *S) array with ``geo``'s head/tail pads."""
+    """Pad the spatial dims of an (N, C, *S) array with ``geo``'s head/tail pads.
+
+    Raises:
+        LimitExceededError: the padded array would pass the element cap (checked first).
+    """
     widths = [(0, 0), (0, 0)] + list(zip(geo.pad_head, geo.pad_tail, strict=True))
+    check_numel([*x.shape[:2], *(n + a + b for n, (a, b) in zip(x.shape[2:], widths[2:],
+                                                                    strict=True))], _PAD_OP)
     return np.pad(x, widths, mode="constant", constant_values=value)
 
 
@@ -273,6 +286,7 @@ def _conv_setup(
             "are inconsistent (need C = group·W_C and M divisible by group)",
         )
     geo = conv_pool_geometry(op, xc.shape[2:], wc.shape[2:])
+    check_numel((xc.shape[0], mo, *geo.out_size), op)  # (before any window is built)
     return order, xc, wc, geo, group
 
 
@@ -479,7 +493,9 @@ def _pool_setup(
     if nd is not None and x.ndim != nd + 2:
         raise _fail(op, inputs, f"expects {nd} spatial dims")
     xc = _to_nchw(x, order)
-    return order, xc, conv_pool_geometry(op, xc.shape[2:], pooling=True)
+    geo = conv_pool_geometry(op, xc.shape[2:], pooling=True)
+    check_numel((*xc.shape[:2], *geo.out_size), op)  # (before any window is built)
+    return order, xc, geo
 
 
 def _kernel_axes(geo: ConvPoolGeometry) -> tuple[int, ...]:

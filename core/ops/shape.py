@@ -570,19 +570,26 @@ def batch_gather_gradient(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 def sparse_to_dense(op: OperatorDef, inputs: list[Array]) -> list[Array]:
     """``[indices, values(, like)] -> [dense]``; duplicate indices add up.
 
-    Rows of ``values`` follow the index array (``values.shape[:indices.ndim] ==
-    indices.shape``); the output's first dim is ``like.shape[0]`` or ``max(indices) + 1``.
+    ``indices`` is 1-D (Caffe2 enforces it) and ``values`` has one row per index; the
+    output's first dim is ``like.shape[0]`` or ``max(indices) + 1``.
 
     Raises:
-        ExecutionError: shapes disagree or an index is out of range.
+        ExecutionError: indices not 1-D, shapes disagree or an index is out of range.
         LimitExceededError: the output would be larger than the element cap.
     """
     expect_inputs(op, inputs, 2, 3)
     idx, vals = np.asarray(inputs[0]), np.asarray(inputs[1])
     if not np.issubdtype(idx.dtype, np.integer) and idx.size:
         raise kernel_error(op, "indices must be integers", inputs)
-    if vals.shape[: idx.ndim] != idx.shape:
-        raise kernel_error(op, "values must start with the indices' shape", inputs)
+    if idx.ndim != 1:
+        # Caffe2's SparseToDense enforces 1-D indices. A Gather's gradient passes its index
+        # blob on as the slice's indices, so a Gather of [B, K] indices fails here in Caffe2.
+        raise kernel_error(
+            op, f"indices must be 1-D (as Caffe2's SparseToDense requires), got "
+            f"{idx.ndim}-D; when they are a Gather's index blob, flatten it in the forward "
+            "net (FlattenToVec before the Gather, Reshape of its output after it)", inputs)
+    if vals.ndim < 1 or vals.shape[0] != idx.shape[0]:
+        raise kernel_error(op, "values must have one row per index", inputs)
     ind = idx.astype(np.int64).reshape(-1)
     rest = vals.shape[idx.ndim :]
     if len(inputs) == 3:

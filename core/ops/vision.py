@@ -18,7 +18,7 @@ import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
-from core.ops._args import get_float, get_int
+from core.ops._args import check_numel, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
 from core.template import GO, I, O, template
@@ -61,6 +61,8 @@ def upsample_nearest(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarr
     _arity(op, inputs, 1, 1, "X")
     _nchw(op, inputs, inputs[0])
     s = _up_scale(op, inputs)
+    n, c, h, w = inputs[0].shape
+    check_numel((n, c, h * s, w * s), op)  # (before the output is built)
     return [np.repeat(np.repeat(inputs[0], s, axis=2), s, axis=3)]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from api_schemas import caffe2_pb2
-from core.ops._args import ConvPoolGeometry, get_int, get_order
+from core.ops._args import ConvPoolGeometry, check_numel, get_int, get_order
 from core.ops._args import kernel_error as _fail
 from core.ops.nn import _pad, _unwindow, _windows
 from core.registry import GradientMaker, register_gradient, register_kernel, schema
@@ -175,6 +175,8 @@ def _im2col_geometry(
         raise _fail(op, inputs, f"the image ({h}×{w}) is smaller than the window")
     out = ((h + 2 * pad - ekh) // sh + 1, (w + 2 * pad - ekw) // sw + 1)
     geo = ConvPoolGeometry((kh, kw), (sh, sw), (dh, dw), (pad, pad), (pad, pad), (h, w), out)
+    c = image_shape[3] if nhwc else image_shape[1]
+    check_numel((image_shape[0], c * kh * kw, *out), op)  # (before the columns are built)
     return nhwc, geo
 
 

@@ -225,7 +225,7 @@ def from_text(text: str, cls: type[M]) -> M:
     try:
         text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
     except text_format.ParseError as exc:
-        raise _text_problem(exc, cls) from exc
+        raise _text_problem(exc, cls, text) from exc
     except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
         raise LimitExceededError.at(
             f"text-format {cls.DESCRIPTOR.name} is nested too deeply for the text parser "
@@ -241,9 +241,11 @@ MAX_TEXT_ERROR_CHARS = 300
 _NO_FIELD = re.compile(r'Message type "?(?P<type>[\w.]+)"? has no field named "?(?P<name>\w+)"?')
 
 
-def _text_problem(exc: text_format.ParseError, cls: type[message.Message]) -> DecodeError:
+def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
+                  source: str = "") -> DecodeError:
     """A text-format parse error as a short problem: the parser's ``line:column`` and reason
-    (cut to :data:`MAX_TEXT_ERROR_CHARS`), code ``unknown_field`` for an unknown name."""
+    (cut to :data:`MAX_TEXT_ERROR_CHARS`), code ``unknown_field`` for an unknown name, and
+    the field path, op index and op type where it is (:func:`_text_location`)."""
     text = str(exc)
     if len(text) > MAX_TEXT_ERROR_CHARS:
         text = text[:MAX_TEXT_ERROR_CHARS] + f"... ({len(text):,} characters in all)"
@@ -255,7 +257,112 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message]) -> De
         close, _ = jsonmap.nearest_field(cls, found["type"], found["name"])
         if close is not None:
             msg += f"; did you mean {close!r}?"
-    return DecodeError.at(msg, code=code)  # (the parser names line:column, not a field path)
+    line, column = exc.GetLine(), exc.GetColumn()
+    path, op_index, op_type = (_text_location(source, cls, line, column)
+                               if source and line and column else (None, None, None))
+    if found:  # (the path names the unknown key, as a JSON body's problem does)
+        path = f"{path}.{found['name']}" if path else found["name"]
+    return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
+
+
+def _type_after(tok: text_format.Tokenizer) -> str | None:
+    """The ``type: "..."`` given later in the OperatorDef ``tok`` is in (same depth), if any
+    (within :data:`MAX_LOCATE_TOKENS` tokens)."""
+    depth, prev = 0, ""
+    for _ in range(MAX_LOCATE_TOKENS):
+        if tok.AtEnd():
+            return None
+        t = tok.token
+        if t in ("{", "<"):
+            depth += 1
+        elif t in ("}", ">"):
+            depth -= 1
+            if depth < 0:
+                return None
+        elif depth == 0 and prev == "type" and t == ":":
+            tok.NextToken()
+            return tok.ConsumeString() if tok.token[:1] in ('"', "'") else None
+        prev = t
+        tok.NextToken()
+    return None
+
+
+#: Most tokens :func:`_text_location` reads, then it gives up (about 0.6 s of CPU here: the
+#: error path costs at most about what parsing the text did).
+MAX_LOCATE_TOKENS = 100_000
+
+
+def _text_location(text: str, cls: type[message.Message], line: int, column: int
+                   ) -> tuple[str | None, int | None, str | None]:
+    """The field path, and the innermost OperatorDef's index and type, at ``line:column``
+    (1-based, as :class:`text_format.ParseError` gives them) of a text-format ``cls``.
+
+    Reads protobuf's own tokens up to that place, keeping the open messages: for each, its
+    field (the descriptor says whether it repeats) and, for an OperatorDef, the ``type``
+    given before the place. Returns ``(None, None, None)`` where the text cannot be followed
+    (a token the walk does not know, or more than :data:`MAX_LOCATE_TOKENS` tokens).
+    """
+    # (descriptor, path, counts of repeated fields seen, op index or None, op type or None,
+    # the field of an open ``[...]`` list)
+    frames: list[list[Any]] = [[cls.DESCRIPTOR, "", {}, None, None, None]]
+    where = (line - 1, column - 1)
+    tok = text_format.Tokenizer(text.splitlines(True))
+    pending: Any = None  # the field named by the last identifier, awaiting its value
+    last_ident = ""
+    try:
+        for _ in range(MAX_LOCATE_TOKENS):
+            # (the tokenizer's position is private: a protobuf without it ends the walk)
+            if tok.AtEnd() or (tok._line, tok._column) >= where:  # type: ignore[attr-defined]
+                break
+            t = tok.token
+            desc, path, counts = frames[-1][0], frames[-1][1], frames[-1][2]
+            field = pending if pending is not None else frames[-1][5]
+            if t in ("{", "<") and field is not None and field.message_type is not None:
+                pending = field
+                name = pending.name
+                here = f"{path}.{name}" if path else name
+                index = None
+                if pending.is_repeated:
+                    index = counts.get(name, 0)
+                    counts[name] = index + 1
+                    here = f"{here}[{index}]"
+                is_op = pending.message_type.full_name == "caffe2.OperatorDef"
+                frames.append([pending.message_type, here, {}, index if is_op else None,
+                               None, None])
+                pending = None
+            elif t in ("}", ">"):
+                if len(frames) > 1:
+                    frames.pop()
+                pending = None
+            elif t in (":", ",", "[", "]"):
+                if t == "[":
+                    frames[-1][5] = pending
+                elif t == "]":
+                    frames[-1][5] = pending = None
+            elif t[:1] in ('"', "'"):
+                if (last_ident == "type" and desc.full_name == "caffe2.OperatorDef"
+                        and frames[-1][4] is None):
+                    frames[-1][4] = text_format.Tokenizer([t]).ConsumeString()
+                pending = None
+            else:
+                f = desc.fields_by_name.get(t)
+                if f is not None:
+                    pending, last_ident = f, t
+                else:
+                    last_ident = ""
+            tok.NextToken()
+        else:
+            return None, None, None
+        ops = [f for f in frames if f[3] is not None]
+        if ops and ops[-1][4] is None and ops[-1] is frames[-1]:
+            ops[-1][4] = _type_after(tok)
+    except (text_format.ParseError, AttributeError, ValueError):
+        return None, None, None
+    ops = [f for f in frames if f[3] is not None]
+    path = frames[-1][1] or None
+    if not ops:
+        return path, None, None
+    return path, ops[-1][3], ops[-1][4]
 
 
 def to_text(msg: message.Message) -> str:

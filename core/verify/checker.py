@@ -43,6 +43,7 @@ from core.executor.executor import ExecContext, feed_blobs, validate_net
 from core.executor.limits import RunLimits, default_limits, element_cap
 from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
+from core.ir.generators import explain_sparse_sum_failure
 from core.registry import with_gradient_ops
 from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 from core.verify.by_design import no_gradient_by_design
@@ -542,12 +543,16 @@ def verify_net(
         limits,
         check_given,
     )
-    if runner is not None:
-        report, diags = runner(job)
-    elif pool is not None:
-        report, diags = pool.submit(run_check, job)
-    else:
-        report, diags = run_check(job)
+    try:
+        if runner is not None:
+            report, diags = runner(job)
+        elif pool is not None:
+            report, diags = pool.submit(run_check, job)
+        else:
+            report, diags = run_check(job)
+    except ExecutionError as exc:
+        explain_sparse_sum_failure(exc, gen.diagnostics)
+        raise
     return VerifyResult(report, ops, dict(gen.grad_map),
                         list(gen.diagnostics) + skipped + diags)
 
