@@ -52,16 +52,16 @@ def _note_partials(op: caffe2_pb2.OperatorDef, res: OpGradientResult) -> None:
         if isinstance(g, str):
             by_blob.setdefault(name, []).append(k)
     for name, ks in by_blob.items():
-        grads = list(dict.fromkeys(str(res.g_input[k]) for k in ks))
-        if len(grads) < 2:
+        if len(ks) < 2:
             continue
+        entries = [str(res.g_input[k]) for k in ks]  # (Sum(x, x): one name, counted twice)
         res.diagnostics.append(Diagnostic(
             "warning", "partial_input_gradients",
             f"{op.type} reads '{name}' at inputs {', '.join(map(str, ks))}: each g_input "
-            f"entry is one partial gradient ({', '.join(grads)}), and the gradient of "
-            f"'{name}' is their sum; add them (Sum), or send the op as a one-op net to "
-            "/v1/gradients/net, which sums them",
-            0, op.type, f"op[0]:{op.type}", (name, *grads)))
+            f"entry is one partial gradient ({', '.join(entries)}), and the gradient of "
+            f"'{name}' is their sum, each entry counted once; add them (Sum), or send the op "
+            "as a one-op net to /v1/gradients/net, which sums them",
+            0, op.type, f"op[0]:{op.type}", (name, *dict.fromkeys(entries))))
 
 
 def gradient_for_net(

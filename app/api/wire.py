@@ -62,6 +62,8 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     try:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
+        if cls is netgrad_pb2.OpGradientRequest:
+            _refuse_net_on_op(body.data, exc)
         if not (exc.problems and exc.problems[0].path):  # (a located problem: not bare)
             _refuse_bare_message(body.data, cls, exc)
             refuse_other_media(body.data, exc)
@@ -71,6 +73,8 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
                 limits.check_wire_depth(sub, max_depth, is_op=is_op, max_fields=_PATH_FIELDS)
             raise LimitExceededError.at(exc.message, code="nesting_too_deep") from exc
         raise
+    if isinstance(decoded.msg, netgrad_pb2.OpGradientRequest) and not decoded.msg.op.type:
+        _refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
     if decoded.nested:
         for f in cls.DESCRIPTOR.fields:
             if f.message_type in _NET_TYPES:
@@ -130,6 +134,38 @@ _ROUTES: dict[Any, str] = {
 }
 
 
+def _refuse_net_on_op(data: bytes, exc: DecodeError) -> None:
+    """Raise a 400 pointing to ``/v1/gradients/net`` when a binary body sent to
+    ``/v1/gradients/op`` is a bare NetDef or a net route's request (its bytes often parse as
+    an OpGradientRequest with a type-less op, or fail deep inside one).
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``net_request_on_op_route``.
+    """
+    from app.api.hints import NET_ON_OP_HINT, join_hint
+
+    def has_ops(net: caffe2_pb2.NetDef) -> bool:
+        return len(net.op) > 0 and all(_OP_TYPE.match(o.type) for o in net.op)
+
+    kinds: tuple[Any, ...] = (netgrad_pb2.NetGradientRequest, netgrad_pb2.RunRequest)
+    for kind in kinds:
+        req = kind()
+        try:
+            req.ParseFromString(data)
+        except message.DecodeError:
+            continue
+        if has_ops(req.net) and (len(req.ys) > 0 or len(getattr(req, "fetch", ())) > 0):
+            raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT),
+                                 code="net_request_on_op_route") from exc
+    net = caffe2_pb2.NetDef()
+    try:
+        net.ParseFromString(data)
+    except message.DecodeError:
+        return
+    if has_ops(net):
+        raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code="bare_netdef") from exc
+
+
 def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
     """Raise a 400 pointing to ``/v1/gradients/op`` when a binary body sent to a net route is
     an OpGradientRequest or a bare OperatorDef (as the JSON hints do).
@@ -171,6 +207,34 @@ def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
     from app.api.hints import bare_text_hint, join_hint
 
     is_op = cls is netgrad_pb2.OpGradientRequest
+    route = _ROUTES.get(cls, "")
+    if not is_op and route not in ("", "/v1/jobs"):
+        from app.api.hints import op_on_net_hint
+
+        for kind, bare in ((netgrad_pb2.OpGradientRequest, False), (caffe2_pb2.OperatorDef, True)):
+            try:
+                op_msg: Any = codec.from_text(text, kind)
+            except DecodeError:
+                continue
+            # (`op { ... }` alone is also a one-op NetDef: the request needs its g_output)
+            if op_msg.type if bare else (op_msg.op.type and len(op_msg.g_output) > 0):
+                raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare)),
+                                     code="bare_operatordef" if bare
+                                     else "op_request_on_net_route") from exc
+    if is_op:
+        from app.api.hints import NET_ON_OP_HINT
+
+        kinds: tuple[Any, ...] = (caffe2_pb2.NetDef, netgrad_pb2.NetGradientRequest,
+                                  netgrad_pb2.RunRequest)
+        for kind in kinds:
+            try:
+                parsed: Any = codec.from_text(text, kind)
+            except DecodeError:
+                continue
+            net = parsed if isinstance(parsed, caffe2_pb2.NetDef) else parsed.net
+            if len(net.op) > 0:
+                code = "bare_netdef" if kind is caffe2_pb2.NetDef else "net_request_on_op_route"
+                raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code=code) from exc
     try:
         if is_op:
             found = bool(codec.from_text(text, caffe2_pb2.OperatorDef).type)

@@ -217,7 +217,8 @@ def run_net(
     except ExecutionError as exc:
         from core.ir.generators import explain_sparse_sum_failure
 
-        explain_sparse_sum_failure(exc, result.diagnostics)
+        explain_sparse_sum_failure(exc, result.diagnostics, result.grad_ops or [],
+                                   offset=len(net.op))
         raise
     return result
 

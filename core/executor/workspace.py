@@ -86,7 +86,12 @@ class Workspace:
         ws, n = self._resolve(name)
         if n not in ws._blobs:
             where = f" (forwarded to outer blob '{n}')" if n != name else ""
-            raise ExecutionError(f"blob '{name}'{where} does not exist in the workspace")
+            # a child workspace (a Do's) sees only its bindings and what its sub-net wrote
+            why = ("; a Do's sub-net sees only the blobs bound through its inner_blobs / "
+                   "outer_blobs_idx and those it wrote itself: bind it (add the outer blob to "
+                   "the Do's inputs and the name to inner_blobs)"
+                   if self._forwarded and n == name else "")
+            raise ExecutionError(f"blob '{name}'{where} does not exist in the workspace{why}")
         value = ws._blobs[n]
         if value is UNSET:
             raise ExecutionError(f"blob '{name}' exists but was never written")

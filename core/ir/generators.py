@@ -11,6 +11,7 @@ gradient that other blobs share.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -225,10 +226,11 @@ class GradientRecord(VersionedSSA):
                 concat_ops, sparse_grad = self._sparse_concat(name, gens)
                 grad_ops.extend(concat_ops)
                 input_to_grad[name] = sparse_grad
-                self._warn_index_ranks(name, usage, concat_ops[0])
+                self._warn_index_ranks(name, usage, concat_ops)
 
-    def _warn_index_ranks(self, name: str, usage: Sequence[int], concat: OperatorDef) -> None:
-        """Warn that a sparse sum with a ``Gather``'s indices runs only for agreeing shapes.
+    def _warn_index_ranks(self, name: str, usage: Sequence[int],
+                          concat_ops: Sequence[OperatorDef]) -> None:
+        """Note that a sparse sum with a ``Gather``'s indices runs only for agreeing shapes.
 
         Caffe2's sparse sum (spec §2.7) concatenates the slices' indices and values along
         axis 0. ``Gather`` takes indices of any rank and passes them on as its slice's
@@ -241,6 +243,8 @@ class GradientRecord(VersionedSSA):
         if not gathers:
             return
         i = gathers[0]
+        concat = concat_ops[0]
+        concat_outputs = [o.output[0] for o in concat_ops]
         index_blobs = ", ".join(dict.fromkeys(concat.input))
         self.env.warn(
             "sparse_sum_index_shapes",
@@ -254,7 +258,8 @@ class GradientRecord(VersionedSSA):
             "sum",
             op_index=i + self.offset,
             op_type="Gather",
-            blobs=(name, *dict.fromkeys(concat.input)),
+            blobs=(name, *dict.fromkeys(concat.input), *concat_outputs),
+            severity="info",
         )
 
     def _consumers(self, usage: Sequence[int]) -> str:
@@ -426,16 +431,31 @@ class GradientRecord(VersionedSSA):
         op.device_option.extra_info.append(f"{IS_AUTO_GEN_SUM_OPS_TAG}:1")
 
 
-def explain_sparse_sum_failure(exc: ExecutionError, generated: Sequence[Diagnostic]) -> None:
-    """Add to ``exc`` the generation warning that foretold a failing sparse-sum ``Concat``.
+def explain_sparse_sum_failure(exc: ExecutionError, generated: Sequence[Diagnostic],
+                               grad_ops: Sequence[OperatorDef], prefix: str = "",
+                               offset: int = 0) -> None:
+    """Add to ``exc`` the generation note that foretold a failing sparse-sum ``Concat``.
 
     A sparse sum of Gathers' slices (``sparse_sum_index_shapes``, spec §2.7) runs only when
-    their index blobs agree in shape after the first dim; when its ``Concat`` is the op that
-    failed, the warning says what to change in the forward net. Used by the checker and by
-    ``run_net`` (``/v1/verify``, ``/v1/run``), which know the shapes generation did not.
+    their index blobs agree in shape after the first dim; when the op that failed is that
+    generated ``Concat`` (``<prefix>op[offset + k]`` with ``grad_ops[k]`` writing
+    ``<blob>_indices_concat`` / ``_values_concat``), the note says what to change in the
+    forward net. Used by the checker (``prefix`` ``grad_ops/``) and by ``run_net``
+    (``offset``: the forward ops before the gradient ops), which know the shapes
+    generation did not.
     """
-    if not any(":Concat:" in (p.path or "") or ":Concat:" in p.message for p in exc.problems):
+    pattern = re.compile(rf"(?:^|[\s/]){re.escape(prefix)}op\[(\d+)\]:Concat\b")
+    failed: set[str] = set()
+    for p in exc.problems:
+        for text in (p.path or "", p.message):
+            m = pattern.search(text) if prefix else re.match(r"op\[(\d+)\]:Concat\b", text)
+            if m is None:
+                continue
+            k = int(m.group(1)) - offset
+            if 0 <= k < len(grad_ops) and grad_ops[k].type == "Concat" and grad_ops[k].output:
+                failed.add(grad_ops[k].output[0])
+    if not failed:
         return
     for d in generated:
-        if d.code == "sparse_sum_index_shapes":
+        if d.code == "sparse_sum_index_shapes" and failed & set(d.blobs):
             exc.problems.append(replace(d, severity="error"))

@@ -101,6 +101,9 @@ def _roi_align_setup(
     aligned = get_bool(op, "aligned", False)
     if ph <= 0 or pw <= 0:
         raise _fail(op, inputs, "pooled_h and pooled_w must be positive")
+    # (before the per-RoI interpolation matrices and the output are built)
+    check_numel((rois.shape[0], xc.shape[1], ph, pw), op)
+    check_numel((rois.shape[0], ph * h + pw * w), op)
     offset = 0.5 if aligned else 0.0
     per_roi: list[tuple[int, np.ndarray, np.ndarray, float]] = []
     for r in range(rois.shape[0]):

@@ -172,6 +172,8 @@ def fc_transposed_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np
 
 #: Names the padded copy of a kernel's input in size refusals (the executor adds the op).
 _PAD_OP = caffe2_pb2.OperatorDef(type="padded input")
+#: Names the sliding-window tensor (N, C, *kernel, *output) in size refusals.
+_WINDOWS_OP = caffe2_pb2.OperatorDef(type="sliding windows")
 
 
 def _pad(x: np.ndarray, geo: ConvPoolGeometry, value: float) -> np.ndarray:
@@ -195,7 +197,12 @@ def _window_slices(geo: ConvPoolGeometry, k: tuple[int, ...]) -> tuple[slice, ..
 
 
 def _windows(xp: np.ndarray, geo: ConvPoolGeometry) -> np.ndarray:
-    """Window tensor ``cols[n, c, k..., o...]`` of a padded (N, C, *Sp) array."""
+    """Window tensor ``cols[n, c, k..., o...]`` of a padded (N, C, *Sp) array.
+
+    Raises:
+        LimitExceededError: the window tensor would pass the element cap (checked first).
+    """
+    check_numel(xp.shape[:2] + geo.kernel + geo.out_size, _WINDOWS_OP)
     cols = np.empty(xp.shape[:2] + geo.kernel + geo.out_size, dtype=xp.dtype)
     for k in np.ndindex(*geo.kernel):
         cols[(slice(None), slice(None)) + k] = xp[_window_slices(geo, k)]
@@ -207,6 +214,7 @@ def _unwindow(cols: np.ndarray, geo: ConvPoolGeometry) -> np.ndarray:
     padded = tuple(
         n + h + t for n, h, t in zip(geo.in_size, geo.pad_head, geo.pad_tail, strict=True)
     )
+    check_numel(cols.shape[:2] + padded, _PAD_OP)
     xp = np.zeros(cols.shape[:2] + padded, dtype=cols.dtype)
     for k in np.ndindex(*geo.kernel):
         xp[_window_slices(geo, k)] += cols[(slice(None), slice(None)) + k]
@@ -629,6 +637,8 @@ def spatial_bn(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
     Returns:
         ``[Y]`` (is_test) or ``[Y, running_mean, running_var, saved_mean, saved_inv_std]``.
+        An empty batch (N = 0) leaves the running statistics unchanged and saves zeros (its
+        mean and variance are undefined; NumPy's were NaN).
 
     Raises:
         ExecutionError: wrong arity or shapes; ``num_batches`` > 1 is not supported.
@@ -649,6 +659,10 @@ def spatial_bn(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     if len(op.output) != 5:
         raise _fail(op, inputs, f"training mode needs 5 outputs, got {len(op.output)}")
     momentum = get_float(op, "momentum", 0.9)
+    if x.size == 0:  # an empty batch has no statistics: the running ones stay as they were
+        zeros = np.zeros(x.shape[ch], dtype=x.dtype)
+        return [np.array(x, copy=True), np.array(inputs[3], copy=True),
+                np.array(inputs[4], copy=True), zeros, zeros.copy()]
     mu = x.mean(axis=axes)
     var_b = x.var(axis=axes)
     inv_std = 1.0 / np.sqrt(var_b + eps)

@@ -222,10 +222,11 @@ def from_text(text: str, cls: type[M]) -> M:
         DecodeError: the text does not parse, or nests too deeply for the parser.
     """
     msg = cls()
+    parsed = _LEGACY_GPU_ID.sub(r"\1device_id\2", text)
     try:
-        text_format.Parse(_LEGACY_GPU_ID.sub(r"\1device_id\2", text), msg)
-    except text_format.ParseError as exc:
-        raise _text_problem(exc, cls, text) from exc
+        text_format.Parse(parsed, msg)
+    except text_format.ParseError as exc:  # (located in the text the parser read)
+        raise _text_problem(exc, cls, parsed) from exc
     except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
         raise LimitExceededError.at(
             f"text-format {cls.DESCRIPTOR.name} is nested too deeply for the text parser "
@@ -260,16 +261,17 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
     line, column = exc.GetLine(), exc.GetColumn()
     path, op_index, op_type = (_text_location(source, cls, line, column)
                                if source and line and column else (None, None, None))
-    if found:  # (the path names the unknown key, as a JSON body's problem does)
+    if found and path is not None:  # (the path names the unknown key, as JSON's does)
         path = f"{path}.{found['name']}" if path else found["name"]
+    path = path or None  # ("": the top level; None: not found)
     return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
 
 
 def _type_after(tok: text_format.Tokenizer) -> str | None:
     """The ``type: "..."`` given later in the OperatorDef ``tok`` is in (same depth), if any
-    (within :data:`MAX_LOCATE_TOKENS` tokens)."""
+    (within :data:`MAX_TYPE_TOKENS` tokens)."""
     depth, prev = 0, ""
-    for _ in range(MAX_LOCATE_TOKENS):
+    for _ in range(MAX_TYPE_TOKENS):
         if tok.AtEnd():
             return None
         t = tok.token
@@ -287,6 +289,10 @@ def _type_after(tok: text_format.Tokenizer) -> str | None:
     return None
 
 
+#: Most tokens :func:`_type_after` reads past the problem, looking for the op's ``type``.
+MAX_TYPE_TOKENS = 10_000
+
+
 #: Most tokens :func:`_text_location` reads, then it gives up (about 0.6 s of CPU here: the
 #: error path costs at most about what parsing the text did).
 MAX_LOCATE_TOKENS = 100_000
@@ -299,14 +305,15 @@ def _text_location(text: str, cls: type[message.Message], line: int, column: int
 
     Reads protobuf's own tokens up to that place, keeping the open messages: for each, its
     field (the descriptor says whether it repeats) and, for an OperatorDef, the ``type``
-    given before the place. Returns ``(None, None, None)`` where the text cannot be followed
-    (a token the walk does not know, or more than :data:`MAX_LOCATE_TOKENS` tokens).
+    given before the place. The path is ``""`` at the top level; ``(None, None, None)`` where
+    the text cannot be followed (more than :data:`MAX_LOCATE_TOKENS` tokens, or a token the
+    tokenizer refuses).
     """
     # (descriptor, path, counts of repeated fields seen, op index or None, op type or None,
     # the field of an open ``[...]`` list)
     frames: list[list[Any]] = [[cls.DESCRIPTOR, "", {}, None, None, None]]
     where = (line - 1, column - 1)
-    tok = text_format.Tokenizer(text.splitlines(True))
+    tok = text_format.Tokenizer(text.split("\n"))  # (lines as text_format.Parse splits them)
     pending: Any = None  # the field named by the last identifier, awaiting its value
     last_ident = ""
     try:
@@ -359,7 +366,7 @@ def _text_location(text: str, cls: type[message.Message], line: int, column: int
     except (text_format.ParseError, AttributeError, ValueError):
         return None, None, None
     ops = [f for f in frames if f[3] is not None]
-    path = frames[-1][1] or None
+    path = frames[-1][1]  # ("" at the top level)
     if not ops:
         return path, None, None
     return path, ops[-1][3], ops[-1][4]

@@ -300,6 +300,12 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
         # Every output element left out: the loss is constant, so any gradient would "pass"
         # (e.g. a float32 input that overflowed to inf). Never a pass from nothing compared.
         names = ", ".join(f"'{y}'" for y in job.seeds)
+        if all(np.size(w) == 0 for w in weights.values()):
+            raise InvalidRequestError.at(
+                f"{names} {'has' if len(job.seeds) == 1 else 'have'} no elements ("
+                + ", ".join(f"shape {list(np.shape(w))}" for w in weights.values())
+                + "): the loss is empty, so there is nothing to compare; give inputs with a "
+                "non-empty batch", path="ys", blobs=list(job.seeds), code="no_finite_output")
         raise InvalidRequestError.at(
             f"no element of {names} is finite (or has a nonzero weight) in the unperturbed "
             "run: there is nothing to compare; give inputs for which some output element is "
@@ -551,7 +557,7 @@ def verify_net(
         else:
             report, diags = run_check(job)
     except ExecutionError as exc:
-        explain_sparse_sum_failure(exc, gen.diagnostics)
+        explain_sparse_sum_failure(exc, gen.diagnostics, ops, prefix="grad_ops/")
         raise
     return VerifyResult(report, ops, dict(gen.grad_map),
                         list(gen.diagnostics) + skipped + diags)

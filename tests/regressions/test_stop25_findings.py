@@ -32,7 +32,7 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app.main import create_app
 from app.settings import Settings
 from core.api import gradient_for_net, gradient_for_op
-from core.errors import ExecutionError, LimitExceededError
+from core.errors import ExecutionError, LimitExceededError, NetgradError
 from core.executor.executor import execute
 from core.registry import make_arg, make_op
 from core.verify.checker import InputSpec, VerifyOptions, verify_net
@@ -121,6 +121,29 @@ def test_the_element_cap_is_checked_before_the_output_is_built(
     assert peak < 50 * 2**20, f"{op_type} allocated {peak / 2**20:.0f} MiB before refusing"
 
 
+@pytest.mark.parametrize(("op_type", "feeds", "args"), [
+    ("Conv", {"X": np.ones((1, 1, 400, 400)), "W": np.ones((1, 1, 60, 60))},
+     [make_arg("kernel", 60)]),  # the window tensor, not the output, is what is large
+    ("MaxPool", {"X": np.ones((1, 1, 400, 400))}, [make_arg("kernel", 60)]),
+    ("ConvTranspose", {"X": np.ones((1, 1, 3, 3)), "W": np.ones((1, 1, 1, 1))},
+     [make_arg("kernel", 1), make_arg("stride", 10**6)]),
+    ("RoIAlign", {"X": np.ones((1, 1, 4, 4)), "R": np.array([[0, 0, 0, 3, 3]], float)},
+     [make_arg("pooled_h", 10**5), make_arg("pooled_w", 10**5)]),
+], ids=["Conv-windows", "MaxPool-windows", "ConvTranspose-stride", "RoIAlign-pooled"])
+def test_intermediate_tensors_are_capped_before_they_are_built(
+        op_type: str, feeds: dict[str, np.ndarray], args: list[Any]) -> None:
+    net = caffe2_pb2.NetDef(name="big")
+    net.op.append(make_op(op_type, list(feeds), ["Y"], args))
+    tracemalloc.start()
+    try:
+        with pytest.raises(LimitExceededError, match="more than the limit"):
+            execute(net, feeds)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20, f"{op_type} allocated {peak / 2**20:.0f} MiB before refusing"
+
+
 @pytest.mark.parametrize("case", ["FC", "FCTransposed", "Softmax", "SoftmaxWithLoss",
                                   "SquaredL2Distance"])
 def test_an_empty_batch_gives_empty_results(case: str) -> None:
@@ -156,6 +179,9 @@ def test_the_op_route_warns_about_partial_gradients_of_one_blob() -> None:
     assert w.code == "partial_input_gradients" and w.blobs[0] == "x"
     assert set(w.blobs[1:]) == {g for g in res.g_input if isinstance(g, str)}
     assert not gradient_for_op(make_op("Mul", ["x", "z"], ["y"]), ["y_grad"]).diagnostics
+    # Sum(x, x): both entries are y_grad, and x's gradient is 2 * y_grad
+    (w,) = gradient_for_op(make_op("Sum", ["x", "x"], ["y"]), ["y_grad"]).diagnostics
+    assert w.code == "partial_input_gradients" and "(y_grad, y_grad)" in w.message
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +246,77 @@ def test_common_mistakes_say_what_to_send(client: TestClient, route: str,
     r = client.post(route, **kwargs)
     assert r.status_code == 400, r.text
     assert says in r.json()["detail"]
+
+
+def test_spatial_bn_training_on_an_empty_batch_keeps_the_running_statistics() -> None:
+    net = caffe2_pb2.NetDef(name="bn")
+    net.op.append(make_op("SpatialBN", ["X", "s", "b", "m", "v"], ["Y", "m", "v", "sm", "sv"]))
+    feeds = {"X": np.ones((0, 2, 2, 2)), "s": np.ones(2), "b": np.zeros(2),
+             "m": np.array([1.0, 2.0]), "v": np.array([3.0, 4.0])}
+    got = execute(net, feeds)
+    assert got["Y"].shape == (0, 2, 2, 2)
+    assert got["m"].tolist() == [1.0, 2.0] and got["v"].tolist() == [3.0, 4.0]
+    assert np.isfinite(got["sm"]).all() and np.isfinite(got["sv"]).all()
+
+
+_NET = {"name": "n", "op": [_RELU]}
+
+
+@pytest.mark.parametrize("form", ["json-netdef", "json-op-list", "binary-netdef",
+                                  "binary-net-request", "binary-run-request", "text-netdef"])
+def test_a_net_body_on_the_op_route_points_to_the_net_route(client: TestClient,
+                                                            form: str) -> None:
+    net = json_format.ParseDict(_NET, caffe2_pb2.NetDef())
+    if form.startswith("json"):
+        r = client.post("/v1/gradients/op",
+                        json=_NET if form == "json-netdef" else {"op": _NET["op"]})
+    elif form == "text-netdef":
+        r = client.post("/v1/gradients/op", content='name: "n" op { type: "Relu" }',
+                        headers={"Content-Type": "text/x-protobuf"})
+    else:
+        msg: Any = net
+        if form == "binary-net-request":
+            msg = netgrad_pb2.NetGradientRequest(net=net)
+            msg.ys.add().blob = "y"
+        elif form == "binary-run-request":
+            msg = netgrad_pb2.RunRequest(net=net, fetch=["y"])
+        r = client.post("/v1/gradients/op", content=msg.SerializeToString(),
+                        headers={"Content-Type": "application/protobuf"})
+    assert r.status_code == 400, r.text
+    messages = " ".join(e["message"] for e in r.json()["errors"])
+    assert "POST /v1/gradients/net" in messages and "did you mean" not in messages
+
+
+def test_a_request_with_its_net_and_a_stray_op_is_not_called_a_bare_netdef(
+        client: TestClient) -> None:
+    r = client.post("/v1/gradients/net",
+                    json={"net": {"op": [_RELU]}, "ys": ["y"], "op": _RELU})
+    (p,) = r.json()["errors"]
+    assert p["path"] == "op" and "bare" not in p["message"]
+    assert "OpGradientRequest" not in p["message"]
+
+
+def test_a_text_op_request_on_a_net_route_points_to_the_op_route(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content='op { type: "Relu" input: "x" output: "y" } '
+                    'g_output { dense: "y_grad" }', headers={"Content-Type": "text/x-protobuf"})
+    (p,) = r.json()["errors"]
+    assert p["code"] == "op_request_on_net_route" and "/v1/gradients/op" in p["message"]
+
+
+def test_a_missing_blob_in_a_do_workspace_says_how_to_bind_it() -> None:
+    net = _do([make_op("Add", ["X", "Q"], ["Z"])])
+    feeds = {"outer_X": np.ones(2), "outer_Y": np.ones(2), "Q": np.ones(2)}
+    with pytest.raises(ExecutionError, match="inner_blobs") as info:
+        execute(net, feeds)
+    assert "op[1]:Do/net/op[0]:Add" in info.value.message
+
+
+def test_verifying_an_empty_output_says_the_batch_is_empty() -> None:
+    net = caffe2_pb2.NetDef(name="e")
+    net.op.append(make_op("FC", ["X", "W", "b"], ["Y"]))
+    rng = np.random.default_rng(20261202)
+    opts = VerifyOptions(inputs=[InputSpec.from_array("X", np.ones((0, 3))),
+                                 InputSpec.from_array("W", rng.normal(size=(2, 3))),
+                                 InputSpec.from_array("b", rng.normal(size=2))], mode="full")
+    with pytest.raises(NetgradError, match=r"'Y' has no elements \(shape \[0, 2\]\)"):
+        verify_net(net, ["Y"], opts)
