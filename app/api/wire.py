@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -24,7 +23,7 @@ from google.protobuf import message
 
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app import observability
-from app.api import jsonmap
+from app.api import jsonmap, misrouted
 from app.api.hints import refuse_other_media
 from app.api.negotiation import Body, Media, json_bytes, json_only, protobuf_fallback
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
@@ -38,8 +37,6 @@ M = TypeVar("M", bound=message.Message)
 Ys = list[str] | dict[str, GradValue]
 
 _NET_TYPES = (caffe2_pb2.NetDef.DESCRIPTOR, caffe2_pb2.OperatorDef.DESCRIPTOR)
-#: What a Caffe2 op type looks like (``Relu``, ``SpatialBN``, ``_CopyFromCPU``...).
-_OP_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: Fields the wire walk may visit to name the path of a net nested beyond the parser.
 _PATH_FIELDS = 20_000
 
@@ -63,9 +60,9 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
         decoded = codec.decode_binary(body.data, cls)
     except DecodeError as exc:
         if cls is netgrad_pb2.OpGradientRequest:
-            _refuse_net_on_op(body.data, exc)
+            misrouted.refuse_net_on_op(body.data, exc)
         if not (exc.problems and exc.problems[0].path):  # (a located problem: not bare)
-            _refuse_bare_message(body.data, cls, exc)
+            misrouted.refuse_bare_message(body.data, cls, exc)
             refuse_other_media(body.data, exc)
         if "MaxDepth" in exc.message:  # deeper than upb follows: say where, if cheap to find
             is_op = cls is netgrad_pb2.OpGradientRequest
@@ -74,7 +71,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
             raise LimitExceededError.at(exc.message, code="nesting_too_deep") from exc
         raise
     if isinstance(decoded.msg, netgrad_pb2.OpGradientRequest) and not decoded.msg.op.type:
-        _refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
+        misrouted.refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
     if decoded.nested:
         for f in cls.DESCRIPTOR.fields:
             if f.message_type in _NET_TYPES:
@@ -84,7 +81,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     try:
         _check_required(decoded.msg, "")
     except DecodeError as exc:
-        _refuse_bare_message(body.data, cls, exc)
+        misrouted.refuse_bare_message(body.data, cls, exc)
         if not body.data:  # (an empty body is an empty message: say so, keep the paths)
             from app.api.hints import article, join_hint
 
@@ -98,163 +95,12 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     return observability.request_ops(decoded.msg)
 
 
-def _refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
-    """Raise a 400 naming the wrapper when a binary body is a bare NetDef / OperatorDef.
-
-    Raises:
-        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
-    """
-    from app.api.hints import bare_net_hint, join_hint
-
-    is_op = cls is netgrad_pb2.OpGradientRequest
-    op, net = caffe2_pb2.OperatorDef(), caffe2_pb2.NetDef()
-    try:
-        (op if is_op else net).ParseFromString(data)
-    except message.DecodeError:
-        if not is_op:
-            _refuse_op_on_net(data, cls, exc)
-        return
-    # (a NetDef's ops have Caffe2 type names: a request missing `net` whose other fields
-    # happen to parse as ops, type-less or with a type of control bytes, is not a bare NetDef)
-    if not (_OP_TYPE.match(op.type) if is_op
-            else len(net.op) and all(_OP_TYPE.match(o.type) for o in net.op)):
-        if not is_op:
-            _refuse_op_on_net(data, cls, exc)
-        return
-    hint = bare_net_hint(_ROUTES.get(cls, ""))
-    code = "bare_operatordef" if is_op else "bare_netdef"
-    raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
-
-
-_ROUTES: dict[Any, str] = {
-    netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
-    netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
-    netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run",
-    netgrad_pb2.JobRequest: "/v1/jobs",
-}
-
-
-def _refuse_net_on_op(data: bytes, exc: DecodeError) -> None:
-    """Raise a 400 pointing to ``/v1/gradients/net`` when a binary body sent to
-    ``/v1/gradients/op`` is a bare NetDef or a net route's request (its bytes often parse as
-    an OpGradientRequest with a type-less op, or fail deep inside one).
-
-    Raises:
-        DecodeError: code ``bare_netdef`` or ``net_request_on_op_route``.
-    """
-    from app.api.hints import NET_ON_OP_HINT, join_hint
-
-    def has_ops(net: caffe2_pb2.NetDef) -> bool:
-        return len(net.op) > 0 and all(_OP_TYPE.match(o.type) for o in net.op)
-
-    kinds: tuple[Any, ...] = (netgrad_pb2.NetGradientRequest, netgrad_pb2.RunRequest)
-    for kind in kinds:
-        req = kind()
-        try:
-            req.ParseFromString(data)
-        except message.DecodeError:
-            continue
-        if has_ops(req.net) and (len(req.ys) > 0 or len(getattr(req, "fetch", ())) > 0):
-            raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT),
-                                 code="net_request_on_op_route") from exc
-    net = caffe2_pb2.NetDef()
-    try:
-        net.ParseFromString(data)
-    except message.DecodeError:
-        return
-    if has_ops(net):
-        raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code="bare_netdef") from exc
-
-
-def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
-    """Raise a 400 pointing to ``/v1/gradients/op`` when a binary body sent to a net route is
-    an OpGradientRequest or a bare OperatorDef (as the JSON hints do).
-
-    Raises:
-        DecodeError: code ``op_request_on_net_route`` or ``bare_operatordef``.
-    """
-    from app.api.hints import join_hint, op_on_net_hint
-
-    route = _ROUTES.get(cls, "")
-    if route in ("", "/v1/jobs"):
-        return
-    req, op = netgrad_pb2.OpGradientRequest(), caffe2_pb2.OperatorDef()
-    try:
-        req.ParseFromString(data)
-        wrapped = bool(_OP_TYPE.match(req.op.type)) and len(req.g_output) > 0
-    except message.DecodeError:
-        wrapped = False
-    if not wrapped:
-        try:
-            op.ParseFromString(data)
-        except message.DecodeError:
-            return
-    if wrapped:
-        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=False)),
-                             code="op_request_on_net_route") from exc
-    if _OP_TYPE.match(op.type) and (op.input or op.output):
-        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
-                             code="bare_operatordef") from exc
-
-
-def _refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
-    """Raise a 400 naming the wrapper when a text-format body is a bare NetDef / OperatorDef
-    (as :func:`_refuse_bare_message` does for binary bodies).
-
-    Raises:
-        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
-    """
-    from app.api.hints import bare_text_hint, join_hint
-
-    is_op = cls is netgrad_pb2.OpGradientRequest
-    route = _ROUTES.get(cls, "")
-    if not is_op and route not in ("", "/v1/jobs"):
-        from app.api.hints import op_on_net_hint
-
-        for kind, bare in ((netgrad_pb2.OpGradientRequest, False), (caffe2_pb2.OperatorDef, True)):
-            try:
-                op_msg: Any = codec.from_text(text, kind)
-            except DecodeError:
-                continue
-            # (`op { ... }` alone is also a one-op NetDef: the request needs its g_output)
-            if op_msg.type if bare else (op_msg.op.type and len(op_msg.g_output) > 0):
-                raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare)),
-                                     code="bare_operatordef" if bare
-                                     else "op_request_on_net_route") from exc
-    if is_op:
-        from app.api.hints import NET_ON_OP_HINT
-
-        kinds: tuple[Any, ...] = (caffe2_pb2.NetDef, netgrad_pb2.NetGradientRequest,
-                                  netgrad_pb2.RunRequest)
-        for kind in kinds:
-            try:
-                parsed: Any = codec.from_text(text, kind)
-            except DecodeError:
-                continue
-            net = parsed if isinstance(parsed, caffe2_pb2.NetDef) else parsed.net
-            if len(net.op) > 0:
-                code = "bare_netdef" if kind is caffe2_pb2.NetDef else "net_request_on_op_route"
-                raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code=code) from exc
-    try:
-        if is_op:
-            found = bool(codec.from_text(text, caffe2_pb2.OperatorDef).type)
-        else:
-            found = len(codec.from_text(text, caffe2_pb2.NetDef).op) > 0
-    except DecodeError:
-        return
-    if not found:
-        return
-    code = "bare_operatordef" if is_op else "bare_netdef"
-    raise DecodeError.at(join_hint(exc.message, bare_text_hint(cls.DESCRIPTOR.name)),
-                         code=code) from exc
-
-
 def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
     """A ``text/x-protobuf`` body: the request message in protobuf text format."""
     try:
         msg = codec.from_text(body.text or "", cls)
     except DecodeError as exc:
-        _refuse_bare_text(body.text or "", cls, exc)
+        misrouted.refuse_bare_text(body.text or "", cls, exc)
         raise
     for f in cls.DESCRIPTOR.fields:
         if f.message_type in _NET_TYPES:

@@ -300,16 +300,14 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
         # Every output element left out: the loss is constant, so any gradient would "pass"
         # (e.g. a float32 input that overflowed to inf). Never a pass from nothing compared.
         names = ", ".join(f"'{y}'" for y in job.seeds)
-        if all(np.size(w) == 0 for w in weights.values()):
-            raise InvalidRequestError.at(
-                f"{names} {'has' if len(job.seeds) == 1 else 'have'} no elements ("
-                + ", ".join(f"shape {list(np.shape(w))}" for w in weights.values())
-                + "): the loss is empty, so there is nothing to compare; give inputs with a "
-                "non-empty batch", path="ys", blobs=list(job.seeds), code="no_finite_output")
+        shapes = ", ".join(f"shape {list(np.shape(w))}" for w in weights.values())
+        empty = all(np.size(w) == 0 for w in weights.values())  # (an empty batch: N = 0)
         raise InvalidRequestError.at(
-            f"no element of {names} is finite (or has a nonzero weight) in the unperturbed "
-            "run: there is nothing to compare; give inputs for which some output element is "
-            "finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
+            f"{names} {'has' if len(job.seeds) == 1 else 'have'} no elements ({shapes}): the "
+            "loss is empty, so there is nothing to compare; give inputs with a non-empty batch"
+            if empty else f"no element of {names} is finite (or has a nonzero weight) in the "
+            "unperturbed run: there is nothing to compare; give inputs for which some output "
+            "element is finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
     if not check:  # (never a pass from nothing checked)
         raise InvalidRequestError.at("no input is left to check (none fed, or all non-finite or "

@@ -1,0 +1,174 @@
+"""Bodies sent to the wrong route or as the wrong message: a bare NetDef / OperatorDef, an
+OpGradientRequest on a net route, a net route's request on ``/v1/gradients/op``.
+
+Each check runs on the error path only (the body already failed to decode, or decoded to
+something the route cannot serve) and raises a 400 that names the message or the route to
+use instead; it returns when the body is not such a mistake.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+from google.protobuf import message
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from core.errors import DecodeError
+from core.proto import codec
+
+M = TypeVar("M", bound=message.Message)
+
+#: A Caffe2 op type name (a bare NetDef's ops have them; bytes that merely parse do not).
+_OP_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 naming the wrapper when a binary body is a bare NetDef / OperatorDef.
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
+    """
+    from app.api.hints import bare_net_hint, join_hint
+
+    is_op = cls is netgrad_pb2.OpGradientRequest
+    op, net = caffe2_pb2.OperatorDef(), caffe2_pb2.NetDef()
+    try:
+        (op if is_op else net).ParseFromString(data)
+    except message.DecodeError:
+        if not is_op:
+            _refuse_op_on_net(data, cls, exc)
+        return
+    # (a NetDef's ops have Caffe2 type names: a request missing `net` whose other fields
+    # happen to parse as ops, type-less or with a type of control bytes, is not a bare NetDef)
+    if not (_OP_TYPE.match(op.type) if is_op
+            else len(net.op) and all(_OP_TYPE.match(o.type) for o in net.op)):
+        if not is_op:
+            _refuse_op_on_net(data, cls, exc)
+        return
+    hint = bare_net_hint(_ROUTES.get(cls, ""))
+    code = "bare_operatordef" if is_op else "bare_netdef"
+    raise DecodeError.at(join_hint(exc.message, hint), code=code) from exc
+
+
+_ROUTES: dict[Any, str] = {
+    netgrad_pb2.OpGradientRequest: "/v1/gradients/op",
+    netgrad_pb2.NetGradientRequest: "/v1/gradients/net",
+    netgrad_pb2.VerifyRequest: "/v1/verify", netgrad_pb2.RunRequest: "/v1/run",
+    netgrad_pb2.JobRequest: "/v1/jobs",
+}
+
+
+def refuse_net_on_op(data: bytes, exc: DecodeError) -> None:
+    """Raise a 400 pointing to ``/v1/gradients/net`` when a binary body sent to
+    ``/v1/gradients/op`` is a bare NetDef or a net route's request (its bytes often parse as
+    an OpGradientRequest with a type-less op, or fail deep inside one).
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``net_request_on_op_route``.
+    """
+    from app.api.hints import NET_ON_OP_HINT, join_hint
+
+    def has_ops(net: caffe2_pb2.NetDef) -> bool:
+        return len(net.op) > 0 and all(_OP_TYPE.match(o.type) for o in net.op)
+
+    kinds: tuple[Any, ...] = (netgrad_pb2.NetGradientRequest, netgrad_pb2.RunRequest)
+    for kind in kinds:
+        req = kind()
+        try:
+            req.ParseFromString(data)
+        except message.DecodeError:
+            continue
+        if has_ops(req.net) and (len(req.ys) > 0 or len(getattr(req, "fetch", ())) > 0):
+            raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT),
+                                 code="net_request_on_op_route") from exc
+    net = caffe2_pb2.NetDef()
+    try:
+        net.ParseFromString(data)
+    except message.DecodeError:
+        return
+    if has_ops(net):
+        raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code="bare_netdef") from exc
+
+
+def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 pointing to ``/v1/gradients/op`` when a binary body sent to a net route is
+    an OpGradientRequest or a bare OperatorDef (as the JSON hints do).
+
+    Raises:
+        DecodeError: code ``op_request_on_net_route`` or ``bare_operatordef``.
+    """
+    from app.api.hints import join_hint, op_on_net_hint
+
+    route = _ROUTES.get(cls, "")
+    if route in ("", "/v1/jobs"):
+        return
+    req, op = netgrad_pb2.OpGradientRequest(), caffe2_pb2.OperatorDef()
+    try:
+        req.ParseFromString(data)
+        wrapped = bool(_OP_TYPE.match(req.op.type)) and len(req.g_output) > 0
+    except message.DecodeError:
+        wrapped = False
+    if not wrapped:
+        try:
+            op.ParseFromString(data)
+        except message.DecodeError:
+            return
+    if wrapped:
+        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=False)),
+                             code="op_request_on_net_route") from exc
+    if _OP_TYPE.match(op.type) and (op.input or op.output):
+        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
+                             code="bare_operatordef") from exc
+
+
+def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
+    """Raise a 400 naming the wrapper when a text-format body is a bare NetDef / OperatorDef
+    (as :func:`refuse_bare_message` does for binary bodies).
+
+    Raises:
+        DecodeError: code ``bare_netdef`` or ``bare_operatordef``, with what to send instead.
+    """
+    from app.api.hints import bare_text_hint, join_hint
+
+    is_op = cls is netgrad_pb2.OpGradientRequest
+    route = _ROUTES.get(cls, "")
+    if not is_op and route not in ("", "/v1/jobs"):
+        from app.api.hints import op_on_net_hint
+
+        for kind, bare in ((netgrad_pb2.OpGradientRequest, False), (caffe2_pb2.OperatorDef, True)):
+            try:
+                op_msg: Any = codec.from_text(text, kind)
+            except DecodeError:
+                continue
+            # (`op { ... }` alone is also a one-op NetDef: the request needs its g_output)
+            if op_msg.type if bare else (op_msg.op.type and len(op_msg.g_output) > 0):
+                raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare)),
+                                     code="bare_operatordef" if bare
+                                     else "op_request_on_net_route") from exc
+    if is_op:
+        from app.api.hints import NET_ON_OP_HINT
+
+        kinds: tuple[Any, ...] = (caffe2_pb2.NetDef, netgrad_pb2.NetGradientRequest,
+                                  netgrad_pb2.RunRequest)
+        for kind in kinds:
+            try:
+                parsed: Any = codec.from_text(text, kind)
+            except DecodeError:
+                continue
+            net = parsed if isinstance(parsed, caffe2_pb2.NetDef) else parsed.net
+            if len(net.op) > 0:
+                code = "bare_netdef" if kind is caffe2_pb2.NetDef else "net_request_on_op_route"
+                raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT), code=code) from exc
+    try:
+        if is_op:
+            found = bool(codec.from_text(text, caffe2_pb2.OperatorDef).type)
+        else:
+            found = len(codec.from_text(text, caffe2_pb2.NetDef).op) > 0
+    except DecodeError:
+        return
+    if not found:
+        return
+    code = "bare_operatordef" if is_op else "bare_netdef"
+    raise DecodeError.at(join_hint(exc.message, bare_text_hint(cls.DESCRIPTOR.name)),
+                         code=code) from exc
