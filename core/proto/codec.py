@@ -215,8 +215,11 @@ def to_binary(msg: message.Message) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
-def from_text(text: str, cls: type[M]) -> M:
+def from_text(text: str, cls: type[M], *, locate: bool = True) -> M:
     """Parse protobuf text format (``.pbtxt``), accepting ``cuda_gpu_id`` for ``device_id``.
+
+    ``locate=False`` skips naming the problem's field path and op (:func:`_text_location`):
+    for probes whose problem nobody reads (is the body perhaps another message?).
 
     Raises:
         DecodeError: the text does not parse, or nests too deeply for the parser.
@@ -226,7 +229,7 @@ def from_text(text: str, cls: type[M]) -> M:
     try:
         text_format.Parse(parsed, msg)
     except text_format.ParseError as exc:  # (located in the text the parser read)
-        raise _text_problem(exc, cls, parsed) from exc
+        raise _text_problem(exc, cls, parsed if locate else "") from exc
     except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
         raise LimitExceededError.at(
             f"text-format {cls.DESCRIPTOR.name} is nested too deeply for the text parser "
@@ -283,7 +286,10 @@ def _type_after(tok: text_format.Tokenizer) -> str | None:
                 return None
         elif depth == 0 and prev == "type" and t == ":":
             tok.NextToken()
-            return tok.ConsumeString() if tok.token[:1] in ('"', "'") else None
+            try:  # (a bad string after the problem: no type, but keep the location)
+                return tok.ConsumeString() if tok.token[:1] in ('"', "'") else None
+            except text_format.ParseError:
+                return None
         prev = t
         tok.NextToken()
     return None

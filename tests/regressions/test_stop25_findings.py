@@ -318,3 +318,24 @@ def test_verifying_an_empty_output_says_the_batch_is_empty() -> None:
                                  InputSpec.from_array("b", rng.normal(size=2))], mode="full")
     with pytest.raises(NetgradError, match=r"'Y' has no elements \(shape \[0, 2\]\)"):
         verify_net(net, ["Y"], opts)
+
+
+def test_a_text_net_request_on_the_op_route_is_told_without_a_second_parse(
+        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's first words (`net` is no field of OpGradientRequest) tell it; the text
+    is not parsed again as a NetGradientRequest (seconds for a megabyte of text)."""
+    from core.proto import codec
+
+    parsed: list[str] = []
+    real = codec.from_text
+
+    def spy(text: str, cls: Any, **kw: Any) -> Any:
+        parsed.append(cls.DESCRIPTOR.name)
+        return real(text, cls, **kw)
+
+    monkeypatch.setattr(codec, "from_text", spy)
+    r = client.post("/v1/gradients/op", content='net { op { type: "Relu" } } ys { blob: "y" }',
+                    headers={"Content-Type": "text/x-protobuf"})
+    (p,) = r.json()["errors"]
+    assert p["code"] == "net_request_on_op_route" and "/v1/gradients/net" in p["message"]
+    assert "NetGradientRequest" not in parsed and "RunRequest" not in parsed

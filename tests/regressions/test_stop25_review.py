@@ -140,6 +140,8 @@ _TEXT_CASES = [
     ("net { " + 'op { type: "A" device_option { cuda_gpu_id: 1 } } ' * 30
      + 'op { type: "B" zz: 1 } }', "net.op[30].zz", 30, "B"),
     ('\x0c\nnet {\nop { type: "A" }\nop { type: "B" zz: 1 }\n}', "net.op[1].zz", 1, "B"),
+    # a bad string after the problem costs the op's type, not the location
+    ('net { op { input: "a" bogus: 2 type: "\\xff" } }', "net.op[0].bogus", 0, None),
 ]
 
 
