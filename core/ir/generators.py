@@ -11,7 +11,6 @@ gradient that other blobs share.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -444,16 +443,13 @@ def explain_sparse_sum_failure(exc: ExecutionError, generated: Sequence[Diagnost
     (``offset``: the forward ops before the gradient ops), which know the shapes
     generation did not.
     """
-    pattern = re.compile(rf"(?:^|[\s/]){re.escape(prefix)}op\[(\d+)\]:Concat\b")
     failed: set[str] = set()
-    for p in exc.problems:
-        for text in (p.path or "", p.message):
-            m = pattern.search(text) if prefix else re.match(r"op\[(\d+)\]:Concat\b", text)
-            if m is None:
-                continue
-            k = int(m.group(1)) - offset
-            if 0 <= k < len(grad_ops) and grad_ops[k].type == "Concat" and grad_ops[k].output:
-                failed.add(grad_ops[k].output[0])
+    for p in exc.problems:  # (the executor locates the failing op: index, type and path)
+        if p.op_index is None or p.path != f"{prefix}op[{p.op_index}]:Concat":
+            continue  # (a Concat inside a sub-net is none of the sum's)
+        k = p.op_index - offset
+        if 0 <= k < len(grad_ops) and grad_ops[k].type == "Concat" and grad_ops[k].output:
+            failed.add(grad_ops[k].output[0])
     if not failed:
         return
     for d in generated:

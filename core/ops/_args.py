@@ -342,6 +342,15 @@ def numpy_dtype(op: OperatorDef, code: int) -> np.dtype[Any]:
 MAX_ELEMENTS: int = 10**8
 
 
+def flatten_2d(x: np.ndarray, axis: int) -> np.ndarray:
+    """View ``x`` as ``prod(shape[:axis]) × prod(shape[axis:])`` (Caffe2 ``FlattenToMatrix``).
+
+    Either side may be 0: an empty batch keeps its row width (``reshape(0, -1)`` raised).
+    """
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
 def check_numel(shape: Sequence[int], op: OperatorDef) -> None:
     """Refuse to allocate a tensor of ``shape`` when it is invalid or too large.
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
-from core.ops._args import get_bool, get_float, get_int
+from core.ops._args import flatten_2d, get_bool, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.ops.nn import softmax_rows
 from core.registry import (
@@ -52,8 +52,7 @@ def _swl_parts(
     axis = axis + x.ndim if axis < 0 else axis
     if not 0 <= axis < x.ndim:
         raise _fail(op, inputs, f"axis {get_int(op, 'axis', 1)} out of range")
-    x2 = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)),
-                   int(np.prod(x.shape[axis:], dtype=np.int64)))  # (an empty batch: N = 0)
+    x2 = flatten_2d(x, axis)
     n, d = x2.shape
     if get_bool(op, "label_prob", False):
         if labels.size != n * d:
@@ -236,7 +235,7 @@ def _l2_rows(op: OperatorDef, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray,
     if x.shape != y.shape:
         raise _fail(op, inputs, "X and Y must have the same shape")
     n = x.shape[0] if x.ndim > 0 else 1
-    return (x - y).reshape(n, x.size // n if n else int(np.prod(x.shape[1:]))), n
+    return flatten_2d(x - y, 1), n
 
 
 @register_kernel("SquaredL2Distance")

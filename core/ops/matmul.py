@@ -16,7 +16,7 @@ import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import GradientError
-from core.ops._args import get_bool, get_float, get_int
+from core.ops._args import flatten_2d, get_bool, get_float, get_int
 from core.ops._args import kernel_error as _fail
 from core.registry import GradientMaker, make_arg, register_gradient, register_kernel, schema
 from core.template import GO, I, template
@@ -192,9 +192,7 @@ def _dpwp_parts(
     x, y = inputs[0], inputs[1]
     if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
         raise _fail(op, inputs, "X and Y must have the same first dim N")
-    n = x.shape[0]
-    x2 = x.reshape(n, int(np.prod(x.shape[1:]))).astype(np.float64)  # (N = 0 keeps its D)
-    y2 = y.reshape(n, int(np.prod(y.shape[1:]))).astype(np.float64)
+    x2, y2 = flatten_2d(x, 1).astype(np.float64), flatten_2d(y, 1).astype(np.float64)
     dx_, dy_ = x2.shape[1], y2.shape[1]
     d = max(dx_, dy_)
     if get_bool(op, "replicate", False):

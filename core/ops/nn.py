@@ -24,6 +24,7 @@ from core.ops._args import (
     ConvPoolGeometry,
     check_numel,
     conv_pool_geometry,
+    flatten_2d,
     get_bool,
     get_float,
     get_int,
@@ -55,13 +56,6 @@ def _canonical_axis(op: OperatorDef, axis: int, ndim: int) -> int:
     return a
 
 
-def _flatten2d(x: np.ndarray, axis: int) -> np.ndarray:
-    """View ``x`` as ``prod(shape[:axis]) × prod(shape[axis:])`` (either may be 0: an empty
-    batch keeps its row width, where ``reshape(0, -1)`` raised)."""
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
-
-
 def _to_nchw(x: np.ndarray, order: str) -> np.ndarray:
     """NHWC → NCHW (channel axis moved from last to 1); NCHW unchanged."""
     return np.moveaxis(x, -1, 1) if order == "NHWC" else x
@@ -88,8 +82,8 @@ def _fc_operands(
     x, w = inputs[0], inputs[1]
     axis = _canonical_axis(op, get_int(op, "axis", 1), x.ndim)
     axis_w = _canonical_axis(op, get_int(op, "axis_w", 1), w.ndim)
-    x2 = _flatten2d(x, axis)
-    w2 = _flatten2d(w, axis_w)
+    x2 = flatten_2d(x, axis)
+    w2 = flatten_2d(w, axis_w)
     w_kn = w2 if transposed else w2.T
     if x2.shape[1] != w_kn.shape[0]:
         raise _fail(op, inputs, f"X has K={x2.shape[1]} columns but W has K={w_kn.shape[0]}")
@@ -850,7 +844,7 @@ def softmax(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Softmax over the dims from ``axis`` on (flattened), keeping X's shape and dtype."""
     x = inputs[0]
     axis = _canonical_axis(op, get_int(op, "axis", 1), x.ndim)
-    return [softmax_rows(_flatten2d(x, axis)).reshape(x.shape).astype(x.dtype)]
+    return [softmax_rows(flatten_2d(x, axis)).reshape(x.shape).astype(x.dtype)]
 
 
 # ``SoftmaxGradient([Y, dY] → [dX])``.
@@ -866,7 +860,7 @@ def softmax_gradient(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarr
         raise _fail(op, inputs, "expects inputs [Y, dY] of the same shape")
     y, dy = inputs
     axis = _canonical_axis(op, get_int(op, "axis", 1), y.ndim)
-    y2, dy2 = _flatten2d(y, axis), _flatten2d(dy, axis)
+    y2, dy2 = flatten_2d(y, axis), flatten_2d(dy, axis)
     dx = y2 * (dy2 - (dy2 * y2).sum(axis=1, keepdims=True))
     return [dx.reshape(y.shape).astype(y.dtype)]
 
