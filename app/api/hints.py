@@ -75,6 +75,10 @@ JOB_HINT = (
     "\"ys\": [...], \"inputs\": [...]}} or {\"run\": {\"net\": ..., \"fetch\": [...]}} "
     "(in binary: a netgrad.v1.JobRequest)"
 )
+OP_ON_JOBS_HINT = (
+    "the body looks like an OpGradientRequest ({\"op\": ..., \"g_output\": [...]}): one op's "
+    "gradient needs no job, POST it to /v1/gradients/op, which answers at once; "
+) + JOB_HINT
 YS_HINT = (
     "name the outputs to differentiate in `ys`, e.g. \"ys\": [\"prob\"] (all-ones seeds) or "
     "\"ys\": {\"loss\": \"loss_grad\"} (a given seed blob); the net's external_output is the "
@@ -409,6 +413,8 @@ def _hint(p: Diagnostic, route: str, marked: set[str]) -> str | None:
     if p.code == "unknown_field" and "did you mean" in p.message:
         return None  # the engine named the nearest field already (Caffe2 messages)
     if p.code == "unknown_field" and path and "." not in path and "[" not in path:
+        if route == "/v1/jobs" and "op" in unknown and unknown <= _OP_REQUEST:
+            return OP_ON_JOBS_HINT
         if route == "/v1/jobs" and unknown <= _job_inner_fields():  # a bare verify/run body
             return JOB_HINT
         bare_net = route in ROUTE_MESSAGES and route != "/v1/gradients/op"

@@ -106,15 +106,17 @@ def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
     Raises:
         DecodeError: code ``op_request_on_net_route`` or ``bare_operatordef``.
     """
-    from app.api.hints import join_hint, op_on_net_hint
+    from app.api.hints import OP_ON_JOBS_HINT, join_hint, op_on_net_hint
 
     route = _ROUTES.get(cls, "")
-    if route in ("", "/v1/jobs"):
+    if not route:
         return
     req, op = netgrad_pb2.OpGradientRequest(), caffe2_pb2.OperatorDef()
     try:
         req.ParseFromString(data)
-        wrapped = bool(_OP_TYPE.match(req.op.type)) and len(req.g_output) > 0
+        # (g_output may be missing: that is the next problem the right route names)
+        wrapped = bool(_OP_TYPE.match(req.op.type)) and bool(
+            len(req.g_output) or req.op.input or req.op.output)
     except message.DecodeError:
         wrapped = False
     if not wrapped:
@@ -123,8 +125,11 @@ def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
         except message.DecodeError:
             return
     if wrapped:
-        raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=False)),
+        hint = OP_ON_JOBS_HINT if route == "/v1/jobs" else op_on_net_hint(route, bare=False)
+        raise DecodeError.at(join_hint(exc.message, hint),
                              code="op_request_on_net_route") from exc
+    if route == "/v1/jobs":
+        return
     if _OP_TYPE.match(op.type) and (op.input or op.output):
         raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
                              code="bare_operatordef") from exc

@@ -393,7 +393,9 @@ def _check_cut_string(chunk: bytes, desc: Any) -> None:
                 try:
                     codecs.getincrementaldecoder("utf-8")().decode(data[pos:])
                 except UnicodeDecodeError as exc:
-                    raise DecodeError(f"{path} holds bytes that are not valid UTF-8") from exc
+                    raise DecodeError.at(f"{path} holds bytes that are not valid UTF-8",
+                                         path=path.partition(".")[2],
+                                         code="invalid_utf8") from exc
             return
         desc, data, pos = field.message_type, data[pos:], 0
 

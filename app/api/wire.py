@@ -208,14 +208,21 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
             return codec.from_json_obj(value, msg_cls, owned=True,
                                        check_nested=check if may_nest else None)
         except DecodeError as exc:
-            located = [p for p in exc.problems if p.path]
+            # (inside an op: OpGradientRequest.op is op 0, as the engine names it, and
+            # grad_ops[k] is op k)
+            t = value.get("type") if is_op and type(value) is dict else None
+            at: dict[str, Any] = {"op_index": int(path[path.rfind("[") + 1:-1])
+                                  if path.endswith("]") else 0,
+                                  "op_type": t if isinstance(t, str) else None}
+            located = [p if p.op_index is not None or not is_op else replace(p, **at)
+                       for p in exc.problems if p.path]
             if len(located) > 1:  # every unknown key below the field
                 problems = [replace(p, message=f"{path}.{p.message}", path=f"{path}.{p.path}")
                             for p in located]
                 raise DecodeError(f"{len(problems)} unknown fields; the first: "
                                   f"{problems[0].message}", problems) from exc
-            inner = exc.problems[0] if exc.problems else None
-            if inner is not None and inner.path:  # located below the field (unknown key)
+            inner = located[0] if located else None
+            if inner is not None:  # located below the field (unknown key)
                 message = f"{path}.{exc.message}"
                 raise DecodeError(message, [replace(inner, message=message,
                                                     path=f"{path}.{inner.path}")]) from exc

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -140,10 +140,16 @@ class ExecContext:
         self.deadline = deadline if deadline is not None else limits.deadline()
         self.observer = observer
 
-    def run_net(self, net: NetDef, ws: Workspace, prefix: str = "") -> None:
-        """Run every op of ``net`` in order on ``ws``; ``prefix`` is the sub-net path."""
+    def run_net(self, net: NetDef, ws: Workspace, prefix: str = "",
+                positions: Sequence[int] | None = None) -> None:
+        """Run every op of ``net`` in order on ``ws``; ``prefix`` is the sub-net path.
+
+        ``positions``: the index each op has in the caller's list, for problems (the checker
+        runs given gradient ops without the seed fills it adopted); by default its index in
+        ``net.op``.
+        """
         for index, op in enumerate(net.op):
-            self.run_op(op, ws, index, prefix)
+            self.run_op(op, ws, index if positions is None else positions[index], prefix)
 
     def run_op(self, op: OperatorDef, ws: Workspace, index: int, prefix: str) -> None:
         """Run one op (kernel or native control op) on ``ws``.
@@ -265,8 +271,11 @@ def _refuse_growing_in_place(op: OperatorDef, inputs: list[np.ndarray],
                 )
 
 
-def validate_net(net: NetDef, prefix: str = "") -> None:
+def validate_net(net: NetDef, prefix: str = "", positions: Sequence[int] | None = None) -> None:
     """Refuse code-executing op types anywhere and unknown op types in executed nets.
+
+    ``positions``: the index of each op in the caller's list, as for
+    :meth:`ExecContext.run_net`.
 
     Raises:
         ExecutionError: code ``op_refused`` for ``Python``-family ops (checked in every
@@ -274,7 +283,8 @@ def validate_net(net: NetDef, prefix: str = "") -> None:
             kernel nor a native implementation; each located by index, type and path.
     """
     _ensure_loaded()
-    for index, op in enumerate(net.op):
+    for k, op in enumerate(net.op):
+        index = k if positions is None else positions[k]
         path = f"{prefix}op[{index}]:{op.type}"
         if op.type in REFUSED_OP_TYPES:
             raise ExecutionError.at(

@@ -202,7 +202,7 @@ def _check_utf8(msg: message.Message) -> None:
                         at = f"{here}[{k}]" if field.is_repeated else here
                         raise DecodeError.at(
                             f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
-                            "UTF-8", path=at)
+                            "UTF-8", path=at, code="invalid_utf8")  # (as in JSON and text)
             elif field.message_type is not None:
                 if field.is_repeated:
                     stack_.extend((v, f"{here}[{k}]") for k, v in enumerate(value))
@@ -340,8 +340,9 @@ def _text_location(text: str, cls: type[message.Message], line: int, column: int
                     counts[name] = index + 1
                     here = f"{here}[{index}]"
                 is_op = pending.message_type.full_name == "caffe2.OperatorDef"
-                frames.append([pending.message_type, here, {}, index if is_op else None,
-                               None, None])
+                # (a single op, OpGradientRequest.op, is op 0, as the engine names it)
+                frames.append([pending.message_type, here, {},
+                               (0 if index is None else index) if is_op else None, None, None])
                 pending = None
             elif t in ("}", ">"):
                 if len(frames) > 1:

@@ -213,7 +213,8 @@ def with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeEr
 
 
 def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None:
-    """The (index, type) of the innermost OperatorDef on ``path`` in ``obj``, if any."""
+    """The (index, type) of the innermost OperatorDef on ``path`` in ``obj``, if any (index
+    0 for a single op, ``OpGradientRequest.op``)."""
     found = None
     value = obj
     for seg in path.split("."):
@@ -227,7 +228,11 @@ def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None
         if key is None:
             break
         value, desc = value[key], f.message_type
-        if m["k"] is not None:
+        if m["k"] is None and desc is not None and desc.full_name == "caffe2.OperatorDef":
+            # (a single op, OpGradientRequest.op: op 0, as the engine names it)
+            t = value.get("type") if type(value) is dict else None
+            found = (0, t if isinstance(t, str) else None)
+        elif m["k"] is not None:
             k = int(m["k"])
             if type(value) is not list or k >= len(value):
                 break

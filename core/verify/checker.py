@@ -45,10 +45,11 @@ from core.executor.workspace import Workspace
 from core.ir.dataflow import written_before_read
 from core.ir.generators import explain_sparse_sum_failure
 from core.registry import with_gradient_ops
-from core.types import Diagnostic, GradientSlice, GradValue, grad_names
+from core.types import Diagnostic, GradientSlice, GradValue
 from core.verify.by_design import no_gradient_by_design
 from core.verify.compare import fast_report, full_report
 from core.verify.kinks import KINK_MARGIN, KinkScanner, kink_diagnostics
+from core.verify.seeding import adopt_auto_seeds, seed_names
 from core.verify.specs import (  # the request and report types are re-exported (__all__)
     MODES,
     BlobReport,
@@ -84,82 +85,18 @@ class _Job:
     limits: RunLimits | None
     #: the caller named ``options.check`` (else netgrad chose it: see _default_check)
     check_given: bool = True
-
-
-def _free_name(base: str, taken: set[str]) -> str:
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
-
-
-def _all_names(net: NetDef, into: set[str]) -> None:
-    into.update(net.external_input)
-    into.update(net.external_output)
-    for op in net.op:
-        into.update(op.input)
-        into.update(op.output)
-        for a in op.arg:
-            if a.HasField("n"):
-                _all_names(a.n, into)
-            for sub in a.nets:
-                _all_names(sub, into)
-
-
-def seed_names(
-    net: NetDef, ys: Sequence[str] | Mapping[str, GradValue], fed: Sequence[str] = ()
-) -> dict[str, str]:
-    """Explicit seed gradient name of each ``y``: the given one, else ``<y>_grad`` if free.
-
-    Raises:
-        InvalidRequestError: ``ys`` is empty, a string, gives a sparse seed, or gives one
-            seed name for two blobs (code ``shared_seed``).
-    """
-    if isinstance(ys, str | bytes):
-        raise InvalidRequestError("ys should be a list of blob names or a map blob -> gradient")
-    items: list[tuple[str, GradValue]] = (
-        list(ys.items()) if isinstance(ys, Mapping) else [(str(y), None) for y in ys]
-    )
-    if not items:
-        raise InvalidRequestError("ys is empty: name at least one output to differentiate")
-    taken: set[str] = set(fed)
-    _all_names(net, taken)
-    seeds: dict[str, str] = {}
-    given_for: dict[str, str] = {}  # a caller-given seed name -> its y
-    for y, g in items:
-        if g is not None and not all(grad_names(g)):  # as core.ir.seeds refuses it
-            raise InvalidRequestError.at(
-                f"the seed gradient given for '{y}' has an empty blob name; give its blob "
-                "name, or null to let netgrad seed it with ones",
-                path="ys", blobs=[y], code="empty_seed_name")
-        if isinstance(g, GradientSlice):
-            raise InvalidRequestError.at(
-                f"y '{y}': a sparse seed gradient cannot be verified", path="ys", blobs=[y])
-        if isinstance(g, str) and g in given_for:
-            other = given_for[g]
-            # verification feeds each y's seed its own random weights; one blob cannot hold
-            # two (the check failed a correct gradient: adversarial review, stop 21)
-            raise InvalidRequestError.at(
-                f"the seed gradient '{g}' is given for both '{other}' and '{y}'; to verify, "
-                "give each y its own seed name (or null to let netgrad seed it)",
-                path="ys", blobs=[other, y, g], code="shared_seed")
-        name = g if isinstance(g, str) else _free_name(f"{y}_grad", taken)
-        taken.add(name)
-        seeds[y] = name
-        if isinstance(g, str):
-            given_for[g] = y
-    return seeds
+    #: each gradient op's index in the caller's list (seed fills adopted: adopt_auto_seeds)
+    positions: list[int] | None = None
 
 
 def _run(ctx: ExecContext, net: NetDef, feeds: Mapping[str, np.ndarray], prefix: str = "",
-         then: NetDef | None = None) -> Workspace:
+         then: NetDef | None = None, positions: list[int] | None = None) -> Workspace:
     ws = Workspace()
     for name, arr in feeds.items():
         ws.set(name, arr)  # read-only arrays: no copy needed, kernels cannot mutate them
     ctx.run_net(net, ws, prefix)
     if then is not None:
-        ctx.run_net(then, ws, "grad_ops/")
+        ctx.run_net(then, ws, "grad_ops/", positions)
     return ws
 
 
@@ -249,7 +186,7 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
     for raw in job.grad_ops:
         grad_net.op.append(OperatorDef.FromString(raw))
     validate_net(net)
-    validate_net(grad_net, "grad_ops/")
+    validate_net(grad_net, "grad_ops/", job.positions)
     diagnostics: list[Diagnostic] = []
 
     feeds = _feeds(job, limits)
@@ -327,7 +264,7 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
         seeds = {
             job.seeds[y]: _readonly(w.astype(base.get(y).dtype)) for y, w in weights.items()
         }
-        grad_ws = _run(ctx, net, {**feeds, **seeds}, then=grad_net)
+        grad_ws = _run(ctx, net, {**feeds, **seeds}, then=grad_net, positions=job.positions)
         for name, value in grad_ws.items():  # e.g. RecurrentNetwork step workspaces (issue 9)
             saved = getattr(value, "saved_report", None)
             if callable(saved):
@@ -457,29 +394,6 @@ def _validate(opts: VerifyOptions) -> None:
         raise InvalidRequestError.at(f"seed must be >= 0, got {opts.seed}", path="seed")
 
 
-def _adopt_auto_seeds(ops: list[OperatorDef], seeds: dict[str, str]) -> list[OperatorDef]:
-    """Let given gradient ops keep the all-ones seeds ``/v1/gradients/net`` put first.
-
-    An op ``ConstantFill([y] -> [<y>_autogen_grad])`` for a checked output ``y`` would
-    overwrite the random weights the check feeds; it is dropped and its output becomes the
-    seed name of ``y`` (``seeds`` is updated in place), so ops generated with list ``ys``
-    can be passed back as they are.
-    """
-    kept = []
-    for op in ops:
-        ins, outs = op.input[:], op.output[:]
-        if (
-            op.type == "ConstantFill"
-            and len(ins) == 1
-            and ins[0] in seeds
-            and outs == [ins[0] + "_autogen_grad"]
-        ):
-            seeds[ins[0]] = outs[0]
-            continue
-        kept.append(op)
-    return kept
-
-
 def verify_net(
     net: NetDef,
     ys: Sequence[str] | Mapping[str, GradValue],
@@ -524,7 +438,7 @@ def verify_net(
     """
     _validate(options)
     seeds = seed_names(net, ys, [s.blob for s in options.inputs])
-    ops = None if grad_ops is None else _adopt_auto_seeds(list(grad_ops), seeds)
+    ops, positions = (None, None) if grad_ops is None else adopt_auto_seeds(list(grad_ops), seeds)
     gen = gradient_for_net(net, dict(seeds), skip, recompute=recompute, densify=densify)
     if ops is None:
         ops = list(gen.grad_ops)
@@ -546,6 +460,7 @@ def verify_net(
         dataclasses.replace(options),
         limits,
         check_given,
+        positions,
     )
     try:
         if runner is not None:
@@ -555,7 +470,8 @@ def verify_net(
         else:
             report, diags = run_check(job)
     except ExecutionError as exc:
-        explain_sparse_sum_failure(exc, gen.diagnostics, ops, prefix="grad_ops/")
+        given = ops if grad_ops is None else list(grad_ops)  # (problems index the caller's)
+        explain_sparse_sum_failure(exc, gen.diagnostics, given, prefix="grad_ops/")
         raise
     return VerifyResult(report, ops, dict(gen.grad_map),
                         list(gen.diagnostics) + skipped + diags)

@@ -370,8 +370,11 @@ def cross_check(
             a = np.zeros(feeds[x].shape)
         elif isinstance(g, GradientSlice):
             a = np.zeros(feeds[x].shape)
-            np.add.at(a, np.asarray(ws[g.indices]).astype(np.int64).reshape(-1),
-                      np.asarray(ws[g.values], dtype=np.float64))
+            rows = np.asarray(ws[g.indices]).astype(np.int64).reshape(-1)
+            # index blobs of any rank: one value block per index, as Caffe2's sparse
+            # optimizers read them (block size = values size / indices size)
+            np.add.at(a, rows, np.asarray(ws[g.values], dtype=np.float64).reshape(
+                (rows.size, *feeds[x].shape[1:])))
         elif g not in ws or np.shape(ws[g]) != feeds[x].shape:
             problems.append(f"{x}: gradient blob {g!r} missing or misshapen")
             blobs.append(x)

@@ -612,17 +612,29 @@ def listing(net: NetDef, indent: str = "") -> str:
 # found a wrong gradient).
 SHAPES["E"] = [3, 2]
 SHAPES["S"] = [3]
+# Index blobs of other ranks (stop 26): a Gather's gradient keeps the index blob's shape
+# (``[*idx.shape, *table.shape[1:]]`` values). ``T`` tables ([3, 2]) are read only through
+# 0-d indices (a ``V`` row) and ``U`` tables ([3]) only through [2, 2] indices (an ``M``
+# blob), so every reader of one table has indices of one rank: a sum of slices of two ranks
+# does not run in Caffe2 either (``sparse_sum_index_shapes``, tested on its own).
+SHAPES["T"] = [3, 2]
+SHAPES["U"] = [3]
 #: One draft in ``_SPARSE_ODDS + 1`` at the top level is sparse (shrinks towards none).
 _SPARSE_ODDS = 6
 _LENGTHS = ([1, 2], [2, 1], [0, 3], [3, 0])
 _SEG_LENGTHS = ([1, 1], [2, 0], [0, 2])
 
 
-def _int_const(gen: _Gen, prefix: str, values: list[int], dtype: str) -> str:
-    """A fed integer vector constant (never checked), named after its values."""
-    consts: dict[str, tuple[str, list[int]]] = gen.__dict__.setdefault("int_consts", {})
-    name = f"{prefix}_{'_'.join(str(v) for v in values)}"
-    consts[name] = (dtype, list(values))
+def _int_const(gen: _Gen, prefix: str, values: list[int], dtype: str,
+               shape: list[int] | None = None) -> str:
+    """A fed integer constant (never checked) of ``shape`` (a vector by default), named after
+    its values and shape."""
+    consts: dict[str, tuple[str, list[int], list[int]]] = gen.__dict__.setdefault(
+        "int_consts", {})
+    dims = [len(values)] if shape is None else list(shape)
+    tail = "" if shape is None else "_r" + "x".join(str(d) for d in dims)
+    name = f"{prefix}_{'_'.join(str(v) for v in values)}{tail}"
+    consts[name] = (dtype, list(values), dims)
     return name
 
 
@@ -630,8 +642,15 @@ def sparse_draft(gen: _Gen, b: _Block) -> _Draft:
     """A Gather / SparseLengths* / LengthsSum / BatchGather op writing an ``M`` blob."""
     op_type = gen.draw(st.sampled_from([
         "Gather", "SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum",
-        "LengthsSum", "BatchGather",
+        "LengthsSum", "BatchGather", "Gather0d", "Gather2d",
     ]))
+    if op_type == "Gather0d":  # a 0-d index: one row of a T table, a V blob
+        row = _int_const(gen, "IDX", [gen.draw(st.integers(0, 2))], "int64", [])
+        return _Draft("Gather", [gen.pick(b, "T"), row], Val("V"))
+    if op_type == "Gather2d":  # [2, 2] indices into a U table: an M blob
+        idx = [gen.draw(st.integers(0, 2)) for _ in range(4)]
+        return _Draft("Gather", [gen.pick(b, "U"), _int_const(gen, "IDX", idx, "int64", [2, 2])],
+                      Val("M"))
     if op_type == "Gather":
         idx = [gen.draw(st.integers(0, 2)) for _ in range(2)]
         index = _int_const(gen, "IDX", idx, "int64")
@@ -679,8 +698,8 @@ def _case_with_int_consts(self: _Gen) -> FuzzCase:
     # A Gather's index blob overwritten after everything read it: its GradientSlice names
     # the blob, read after the forward net (a version error, or rebuilt with recompute)
     case.net.op.extend(self.__dict__.get("idx_overwrites", []))
-    for name, (dtype, values) in self.__dict__.get("int_consts", {}).items():
-        case.inputs.append(InputSpec(name, tensor=TensorSpec([len(values)], dtype, values)))
+    for name, (dtype, values, dims) in self.__dict__.get("int_consts", {}).items():
+        case.inputs.append(InputSpec(name, tensor=TensorSpec(dims, dtype, values)))
         case.constants.append(name)
     return case
 

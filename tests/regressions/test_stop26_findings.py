@@ -1,0 +1,203 @@
+"""Regressions of stop 26.
+
+* ``/v1/verify`` with given ``grad_ops`` that start with the all-ones seed fill (as
+  ``/v1/gradients/net`` returns them) named a failing gradient op by its index *after* the
+  checker dropped the fill: ``grad_ops/op[1]`` for the caller's ``grad_ops[2]``.
+* The fuzzer's independent cross-check read a GradientSlice of a multi-rank index blob as
+  one value per row and crashed; the fuzzer now draws Gathers with 0-d and [2, 2] indices.
+* Invalid UTF-8 in a binary body had code ``decode_error``; JSON and text say
+  ``invalid_utf8``.
+* A binary OpGradientRequest without ``g_output`` on a net route got "Wire format was
+  corrupt"; an OpGradientRequest on ``/v1/jobs`` got ``verify.net.op`` as a did-you-mean.
+* A problem inside ``OpGradientRequest.op`` (JSON or text) or a given ``grad_ops[k]`` named
+  no op; it names op 0 (as the engine's own problems do) or op ``k`` and its type.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from app.main import create_app
+from app.settings import Settings
+from core.api import gradient_for_net
+from core.errors import ExecutionError
+from core.executor.executor import execute
+from core.registry import make_op
+from core.verify.checker import InputSpec, TensorSpec, VerifyOptions, verify_net
+from tests.fuzz.property import RIGHT_200, check_outcome, cross_check
+from tests.fuzz.strategies import FuzzCase, fuzz_cases
+
+J = {"content-type": "application/json"}
+B = {"content-type": "application/x-protobuf"}
+T = {"content-type": "text/x-protobuf"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=1))) as c:
+        yield c
+
+
+def _relu_net() -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef(name="relu")
+    net.op.append(make_op("Relu", ["x"], ["y"]))
+    return net
+
+
+X = [InputSpec("x", tensor=TensorSpec([2], "float64", [1.0, -2.0]))]
+
+
+# --- the checker names given gradient ops by the caller's index ------------------------------
+def test_a_failing_given_gradient_op_is_named_by_the_callers_index() -> None:
+    ops = list(gradient_for_net(_relu_net(), ["y"]).grad_ops)
+    assert [o.type for o in ops] == ["ConstantFill", "ReluGradient"]  # the fill is adopted
+    ops.append(make_op("Mul", ["nope", "y_autogen_grad"], ["z"]))
+    with pytest.raises(ExecutionError) as info:
+        verify_net(_relu_net(), ["y"], VerifyOptions(inputs=X), grad_ops=ops)
+    (p,) = info.value.problems
+    assert (p.op_index, p.op_type, p.path) == (2, "Mul", "grad_ops/op[2]:Mul")
+    assert p.message.startswith("grad_ops/op[2]:Mul:")
+
+
+def test_an_unknown_given_gradient_op_type_is_named_by_the_callers_index() -> None:
+    ops = list(gradient_for_net(_relu_net(), ["y"]).grad_ops)
+    ops.append(make_op("ReluGradeint", ["y", "y_autogen_grad"], ["z"]))
+    with pytest.raises(ExecutionError) as info:
+        verify_net(_relu_net(), ["y"], VerifyOptions(inputs=X), grad_ops=ops)
+    (p,) = info.value.problems
+    assert (p.op_index, p.code) == (2, "unknown_op_type")
+
+
+def test_given_ops_without_a_seed_fill_keep_their_indices(client: TestClient) -> None:
+    body = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"],
+            "inputs": [{"blob": "x", "tensor": {"shape": [2], "data": [1.0, -2.0]}}],
+            "grad_ops": [{"type": "ReluGradient", "input": ["y", "y_grad"],
+                          "output": ["x_grad"]},
+                         {"type": "Mul", "input": ["nope", "y_grad"], "output": ["z"]}]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 422, r.text
+    (p,) = r.json()["errors"]
+    assert (p["op_index"], p["path"]) == (1, "grad_ops/op[1]:Mul")
+    body["grad_ops"].insert(0, {"type": "ConstantFill", "input": ["y"],
+                                "output": ["y_autogen_grad"]})
+    body["grad_ops"][1]["input"][1] = body["grad_ops"][2]["input"][1] = "y_autogen_grad"
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 422, r.text
+    (p,) = r.json()["errors"]
+    assert (p["op_index"], p["path"]) == (2, "grad_ops/op[2]:Mul")
+
+
+# --- multi-rank index blobs in the fuzzer -----------------------------------------------------
+def _gather2d() -> tuple[caffe2_pb2.NetDef, list[InputSpec]]:
+    net = caffe2_pb2.NetDef(name="g2")
+    net.op.extend([make_op("Gather", ["U", "IDX"], ["m"]), make_op("Tanh", ["m"], ["t"])])
+    inputs = [InputSpec("U", tensor=TensorSpec([3], "float64", [0.3, -0.7, 1.1])),
+              InputSpec("IDX", tensor=TensorSpec([2, 2], "int64", [0, 2, 2, 1]))]
+    return net, inputs
+
+
+def test_a_gather_of_2d_indices_passes_the_property() -> None:
+    net, inputs = _gather2d()
+    assert check_outcome(net, ["t"], inputs, constants=["IDX"], seed=1) == RIGHT_200
+
+
+def test_the_cross_check_catches_a_wrong_multi_rank_slice() -> None:
+    net, inputs = _gather2d()
+    feeds = {"U": np.array([0.3, -0.7, 1.1]), "IDX": np.array([[0, 2], [2, 1]])}
+    base = execute(net, feeds)
+    res = gradient_for_net(net, {"t": "t_grad"})
+    good, _ = cross_check(net, ["t"], feeds, base, res.grad_ops, res.grad_map, ["U"], 1)
+    assert good == []
+    wrong = [caffe2_pb2.OperatorDef() for _ in res.grad_ops]
+    for w, o in zip(wrong, res.grad_ops, strict=True):
+        w.CopyFrom(o)
+    values = res.grad_map["U"].values  # type: ignore[union-attr]
+    wrong.append(make_op("Scale", [values], [values]))
+    wrong[-1].arg.add(name="scale", f=1.5)
+    problems, blobs = cross_check(net, ["t"], feeds, base, wrong, res.grad_map, ["U"], 1)
+    assert blobs == ["U"] and problems
+
+
+SEEN: Counter[tuple[int, ...]] = Counter()
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(case=fuzz_cases())
+def _draw(case: FuzzCase) -> None:
+    for spec in case.inputs:
+        if spec.blob.startswith("IDX") and spec.tensor is not None:
+            SEEN[tuple(spec.tensor.shape)] += 1
+
+
+def test_the_fuzzer_draws_index_blobs_of_three_ranks() -> None:
+    SEEN.clear()
+    _draw()
+    assert SEEN[()] > 0 and SEEN[(2, 2)] > 0 and SEEN[(2,)] > 0, dict(SEEN)
+
+
+# --- wire messages ----------------------------------------------------------------------------
+def _op() -> caffe2_pb2.OperatorDef:
+    return caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"])
+
+
+def test_invalid_utf8_in_a_binary_body_has_the_json_code(client: TestClient) -> None:
+    req = netgrad_pb2.OpGradientRequest(op=_op(), g_output=[netgrad_pb2.Gradient(dense="g")])
+    data = req.SerializeToString().replace(b"\x01x", b"\x01\xff")
+    r = client.post("/v1/gradients/op", content=data, headers=B)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert (p["code"], p["path"]) == ("invalid_utf8", "op.input[0]")
+
+
+def test_a_binary_op_request_without_g_output_on_a_net_route(client: TestClient) -> None:
+    data = netgrad_pb2.OpGradientRequest(op=_op()).SerializeToString()
+    r = client.post("/v1/gradients/net", content=data, headers=B)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert p["code"] == "op_request_on_net_route" and "/v1/gradients/op" in p["message"]
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_an_op_request_on_the_jobs_route(client: TestClient, binary: bool) -> None:
+    req = netgrad_pb2.OpGradientRequest(op=_op(), g_output=[netgrad_pb2.Gradient(dense="g")])
+    if binary:
+        r = client.post("/v1/jobs", content=req.SerializeToString(), headers=B)
+    else:
+        r = client.post("/v1/jobs", json={"op": {"type": "Relu", "input": ["x"],
+                                                 "output": ["y"]}, "g_output": ["g"]})
+    assert r.status_code == 400
+    detail = r.json()["detail"]
+    assert "POST it to /v1/gradients/op" in detail and "verify.net.op" not in detail
+
+
+@pytest.mark.parametrize("media", ["json", "text"])
+def test_a_problem_inside_the_single_op_names_op_0(client: TestClient, media: str) -> None:
+    if media == "json":
+        r = client.post("/v1/gradients/op", json={
+            "op": {"type": "Relu", "inptu": ["x"], "output": ["y"]}, "g_output": ["g"]})
+    else:
+        r = client.post("/v1/gradients/op", headers=T,
+                        content=b'op { type: "Relu" inptu: "x" output: "y" } g_output: "g"')
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert (p["code"], p["path"], p["op_index"], p["op_type"]) == (
+        "unknown_field", "op.inptu", 0, "Relu")
+
+
+def test_a_problem_inside_given_grad_ops_names_its_index(client: TestClient) -> None:
+    body = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"],
+            "inputs": [{"blob": "x", "tensor": {"shape": [1], "data": [1.0]}}],
+            "grad_ops": [{"type": "ConstantFill", "input": ["y"], "output": ["y_autogen_grad"]},
+                         {"type": "ReluGradient", "inptu": ["y"], "output": ["x_grad"]}]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert (p["path"], p["op_index"], p["op_type"]) == ("grad_ops[1].inptu", 1, "ReluGradient")
