@@ -41,10 +41,19 @@ NET_ROUTES = frozenset({"/v1/gradients/net", "/v1/verify", "/v1/run", "/v1/jobs"
 _NET_FIELDS = {f.name for f in caffe2_pb2.NetDef.DESCRIPTOR.fields}
 _OP_FIELDS = {f.name for f in caffe2_pb2.OperatorDef.DESCRIPTOR.fields}
 _OP_REQUEST = {f.name for f in netgrad_pb2.OpGradientRequest.DESCRIPTOR.fields}
-#: Marks, among the unknown keys :func:`_hint` is given, a body whose `op` is a list.
-_OP_LIST = "\0op is a list"
-#: Marks a body without `net` (a net route's bare NetDef has none).
-_NO_NET = "\0no net"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Body:
+    """What :func:`_hint` knows of the whole body from all its problems."""
+
+    #: the unknown top-level (and deeper) keys, by path
+    unknown: frozenset[str]
+    #: `net` is missing (a net route's bare NetDef has none)
+    no_net: bool
+    #: `op` holds a list (on /v1/gradients/op: the body is a NetDef, or its op list)
+    op_list: bool
+
 
 BARE_NET = (
     "the body looks like a bare caffe2.NetDef; send the request message {kind} that wraps it: "
@@ -407,9 +416,9 @@ def _append(p: Diagnostic, hint: str) -> Diagnostic:
     return dataclasses.replace(p, message=join_hint(p.message, hint))
 
 
-def _hint(p: Diagnostic, route: str, marked: set[str]) -> str | None:
+def _hint(p: Diagnostic, route: str, body: _Body) -> str | None:
     path = p.path or ""
-    unknown = marked - {_OP_LIST, _NO_NET}  # the unknown top-level keys themselves
+    unknown = body.unknown
     if p.code == "unknown_field" and "did you mean" in p.message:
         return None  # the engine named the nearest field already (Caffe2 messages)
     if p.code == "unknown_field" and path and "." not in path and "[" not in path:
@@ -418,17 +427,17 @@ def _hint(p: Diagnostic, route: str, marked: set[str]) -> str | None:
         if route == "/v1/jobs" and unknown <= _job_inner_fields():  # a bare verify/run body
             return JOB_HINT
         bare_net = route in ROUTE_MESSAGES and route != "/v1/gradients/op"
-        if bare_net and "op" in unknown and unknown <= _NET_FIELDS and _NO_NET in marked:
+        if bare_net and "op" in unknown and unknown <= _NET_FIELDS and body.no_net:
             return bare_net_hint(route)
         if (bare_net and route != "/v1/jobs" and "op" in unknown and unknown <= _OP_REQUEST
-                and _NO_NET in marked):
+                and body.no_net):
             return op_on_net_hint(route, bare=False)
         if (bare_net and route != "/v1/jobs" and "type" in unknown and unknown <= _OP_FIELDS
                 and unknown & {"input", "output"}):
             return op_on_net_hint(route, bare=True)
         if route == "/v1/gradients/op" and "type" in unknown and unknown <= _OP_FIELDS:
             return BARE_OP
-        if route == "/v1/gradients/op" and ("net" in unknown or _OP_LIST in marked):
+        if route == "/v1/gradients/op" and ("net" in unknown or body.op_list):
             return NET_ON_OP_HINT
         if route == "/v1/verify" and path == "verify":
             return VERIFY_NESTED_HINT
@@ -447,7 +456,7 @@ def _hint(p: Diagnostic, route: str, marked: set[str]) -> str | None:
             found = _nearest(leaf, deeper)
             near = deeper[found] if found is not None else None
         return f"did you mean `{near}`?" if near is not None and near != leaf else None
-    if route == "/v1/gradients/op" and path == "op" and _OP_LIST in marked:
+    if route == "/v1/gradients/op" and path == "op" and body.op_list:
         return NET_ON_OP_HINT
     if p.code == "invalid_field" and path == "ys" and "required" in p.message:
         return YS_HINT
@@ -467,15 +476,16 @@ def _hint(p: Diagnostic, route: str, marked: set[str]) -> str | None:
 
 def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:
     """``problems`` with the fix appended to each that a rule recognizes (same order)."""
-    unknown = {p.path for p in problems if p.code == "unknown_field" and p.path}
-    if any(p.path == "net" and "required" in p.message for p in problems):
-        unknown.add(_NO_NET)  # (a body with `net` given is not a bare NetDef)
-    if route == "/v1/gradients/op" and any(p.path == "op" and "got an array" in p.message
-                                           for p in problems):
-        unknown.add(_OP_LIST)  # `op` holds a list: the body is a NetDef (or its op list)
+    body = _Body(
+        frozenset(p.path for p in problems if p.code == "unknown_field" and p.path),
+        # (a body with `net` given is not a bare NetDef)
+        any(p.path == "net" and "required" in p.message for p in problems),
+        route == "/v1/gradients/op" and any(p.path == "op" and "got an array" in p.message
+                                            for p in problems),
+    )
     out = []
     for p in problems:
-        hint = _hint(p, route, unknown)
+        hint = _hint(p, route, body)
         out.append(_append(p, hint) if hint else p)
     return out
 
