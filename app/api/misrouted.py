@@ -31,6 +31,12 @@ _NET_REQUEST_FIELDS = frozenset(
 _OP_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+def _is_type(t: object) -> bool:
+    """Whether ``t`` is a Caffe2 op type name (upb hands a string of bad UTF-8 over as
+    ``bytes``: not one)."""
+    return isinstance(t, str) and _OP_TYPE.match(t) is not None
+
+
 def refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
     """Raise a 400 naming the wrapper when a binary body is a bare NetDef / OperatorDef.
 
@@ -49,8 +55,8 @@ def refuse_bare_message(data: bytes, cls: type[M], exc: DecodeError) -> None:
         return
     # (a NetDef's ops have Caffe2 type names: a request missing `net` whose other fields
     # happen to parse as ops, type-less or with a type of control bytes, is not a bare NetDef)
-    if not (_OP_TYPE.match(op.type) if is_op
-            else len(net.op) and all(_OP_TYPE.match(o.type) for o in net.op)):
+    if not (_is_type(op.type) if is_op
+            else len(net.op) and all(_is_type(o.type) for o in net.op)):
         if not is_op:
             _refuse_op_on_net(data, cls, exc)
         return
@@ -78,7 +84,7 @@ def refuse_net_on_op(data: bytes, exc: DecodeError) -> None:
     from app.api.hints import NET_ON_OP_HINT, join_hint
 
     def has_ops(net: caffe2_pb2.NetDef) -> bool:
-        return len(net.op) > 0 and all(_OP_TYPE.match(o.type) for o in net.op)
+        return len(net.op) > 0 and all(_is_type(o.type) for o in net.op)
 
     kinds: tuple[Any, ...] = (netgrad_pb2.NetGradientRequest, netgrad_pb2.RunRequest)
     for kind in kinds:
@@ -115,7 +121,7 @@ def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
     try:
         req.ParseFromString(data)
         # (g_output may be missing: that is the next problem the right route names)
-        wrapped = bool(_OP_TYPE.match(req.op.type)) and bool(
+        wrapped = _is_type(req.op.type) and bool(
             len(req.g_output) or req.op.input or req.op.output)
     except message.DecodeError:
         wrapped = False
@@ -130,7 +136,7 @@ def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
                              code="op_request_on_net_route") from exc
     if route == "/v1/jobs":
         return
-    if _OP_TYPE.match(op.type) and (op.input or op.output):
+    if _is_type(op.type) and (op.input or op.output):
         raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
                              code="bare_operatordef") from exc
 

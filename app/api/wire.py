@@ -226,8 +226,10 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
                 message = f"{path}.{exc.message}"
                 raise DecodeError(message, [replace(inner, message=message,
                                                     path=f"{path}.{inner.path}")]) from exc
+            shape = exc.message.startswith("expected a JSON object")  # (as net.op[k] says)
             raise DecodeError.at(f"{path}: {exc.message}", path=path,
-                                 code="invalid_message") from exc
+                                 code="invalid_field" if shape else "invalid_message",
+                                 **(at if is_op else {})) from exc
 
     return jsonmap.decode(obj, cls, caffe2)
 

@@ -185,14 +185,17 @@ def _refuse_unknown(msg: message.Message) -> None:
 
 def _check_utf8(msg: message.Message) -> None:
     """Name the first string field holding bytes that are not UTF-8 (upb hands them over
-    as ``bytes``). Only runs once the twin has found one, to say where.
+    as ``bytes``), and the innermost OperatorDef it sits in (its index in its list, 0 for
+    a single op; its type unless that is the bad string). Only runs once the twin has found
+    one, to say where.
 
     Raises:
         DecodeError: naming the offending field.
     """
-    stack_: list[tuple[message.Message, str]] = [(msg, "")]
+    # (message, path, innermost op's (index, type) or None)
+    stack_: list[tuple[message.Message, str, tuple[int, str | None] | None]] = [(msg, "", None)]
     while stack_:
-        cur, where = stack_.pop()
+        cur, where, op = stack_.pop()
         for field, value in cur.ListFields():
             here = f"{where}.{field.name}" if where else field.name
             if field.type == _STRING:
@@ -202,12 +205,18 @@ def _check_utf8(msg: message.Message) -> None:
                         at = f"{here}[{k}]" if field.is_repeated else here
                         raise DecodeError.at(
                             f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
-                            "UTF-8", path=at, code="invalid_utf8")  # (as in JSON and text)
+                            "UTF-8", path=at, code="invalid_utf8",  # (as in JSON and text)
+                            op_index=op[0] if op else None, op_type=op[1] if op else None)
             elif field.message_type is not None:
-                if field.is_repeated:
-                    stack_.extend((v, f"{here}[{k}]") for k, v in enumerate(value))
-                else:
-                    stack_.append((value, here))
+                is_op = field.message_type.full_name == "caffe2.OperatorDef"
+                items: list[tuple[int | None, Any]] = (
+                    list(enumerate(value)) if field.is_repeated else [(None, value)])
+                for j, v in items:
+                    inner = op
+                    if is_op:
+                        t = v.type
+                        inner = (j or 0, t if isinstance(t, str) and t else None)
+                    stack_.append((v, here if j is None else f"{here}[{j}]", inner))
 
 
 def to_binary(msg: message.Message) -> bytes:

@@ -83,15 +83,23 @@ def seed_names(
 
 
 def adopt_auto_seeds(ops: list[OperatorDef], seeds: dict[str, str]
-                      ) -> tuple[list[OperatorDef], list[int]]:
+                     ) -> tuple[list[OperatorDef], list[int]]:
     """Let given gradient ops keep the all-ones seeds ``/v1/gradients/net`` put first.
 
-    An op ``ConstantFill([y] -> [<y>_autogen_grad])`` for a checked output ``y`` would
-    overwrite the random weights the check feeds; it is dropped and its output becomes the
-    seed name of ``y`` (``seeds`` is updated in place), so ops generated with list ``ys``
-    can be passed back as they are. Returns the kept ops and their indices in ``ops``.
+    The op ``ConstantFill([y] -> [<y>_autogen_grad], value=1.0)`` for a checked output
+    ``y`` would overwrite the random weights the check feeds; it is dropped and its output
+    becomes the seed name of ``y`` (``seeds`` is updated in place), so ops generated with
+    list ``ys`` can be passed back as they are. Only that exact seed is adopted: one
+    argument, ``value`` given as the float 1.0, and no earlier op reading or writing the
+    seed blob (as the pass emits it, spec §2.5). Any other fill of that name (another value,
+    a dtype or shape, after a reader) runs as given, so a check of ops whose seed is wrong
+    fails instead of passing on the weights it fed (adversarial review, stop 26).
+
+    Returns:
+        The kept ops and their indices in ``ops``.
     """
     kept, positions = [], []
+    touched: set[str] = set()
     for k, op in enumerate(ops):
         ins, outs = op.input[:], op.output[:]
         if (
@@ -99,9 +107,16 @@ def adopt_auto_seeds(ops: list[OperatorDef], seeds: dict[str, str]
             and len(ins) == 1
             and ins[0] in seeds
             and outs == [ins[0] + "_autogen_grad"]
+            and outs[0] not in touched
+            and len(op.arg) == 1
+            and op.arg[0].name == "value"
+            and op.arg[0].HasField("f")
+            and op.arg[0].f == 1.0
         ):
             seeds[ins[0]] = outs[0]
             continue
+        touched.update(ins)
+        touched.update(outs)
         kept.append(op)
         positions.append(k)
     return kept, positions

@@ -201,3 +201,87 @@ def test_a_problem_inside_given_grad_ops_names_its_index(client: TestClient) -> 
     assert r.status_code == 400
     (p,) = r.json()["errors"]
     assert (p["path"], p["op_index"], p["op_type"]) == ("grad_ops[1].inptu", 1, "ReluGradient")
+
+
+# --- adversarial review, stop 26 ------------------------------------------------------------
+def _bodies() -> dict[str, bytes]:
+    req = netgrad_pb2.OpGradientRequest(op=_op(), g_output=[netgrad_pb2.Gradient(dense="g")])
+    net = caffe2_pb2.NetDef(op=[_op()])
+    return {"op_request": req.SerializeToString(), "operatordef": _op().SerializeToString(),
+            "netdef": net.SerializeToString()}
+
+
+@pytest.mark.parametrize("kind", ["op_request", "operatordef", "netdef"])
+@pytest.mark.parametrize("route", ["/v1/gradients/net", "/v1/verify", "/v1/run", "/v1/jobs",
+                                   "/v1/gradients/op"])
+def test_a_misrouted_binary_body_with_a_bad_utf8_type_is_a_400(
+        client: TestClient, kind: str, route: str) -> None:
+    data = _bodies()[kind].replace(b"Relu", b"Re\xc3u")  # (the type is not UTF-8)
+    r = client.post(route, content=data, headers=B)
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+
+
+def test_invalid_utf8_in_a_binary_body_names_its_op(client: TestClient) -> None:
+    net = caffe2_pb2.NetDef(op=[_op(), caffe2_pb2.OperatorDef(type="Tanh", input=["y"],
+                                                               output=["qq"])])
+    req = netgrad_pb2.NetGradientRequest(net=net, ys=[netgrad_pb2.GradientMapEntry(blob="y")])
+    data = req.SerializeToString().replace(b"\x02qq", b"\x02q\xff")
+    r = client.post("/v1/gradients/net", content=data, headers=B)
+    assert r.status_code == 400
+    p = r.json()["errors"][0]
+    assert (p["code"], p["op_index"], p["op_type"]) == ("invalid_utf8", 1, "Tanh"), p
+    assert p["path"] == "net.op[1].output[0]"
+
+
+def _tanh_ops() -> tuple[caffe2_pb2.NetDef, list[caffe2_pb2.OperatorDef]]:
+    net = caffe2_pb2.NetDef(name="tanh")
+    net.op.append(make_op("Tanh", ["x"], ["y"]))
+    ops = []
+    for g in gradient_for_net(net, ["y"]).grad_ops:
+        op = caffe2_pb2.OperatorDef()
+        op.CopyFrom(g)
+        ops.append(op)
+    return net, ops
+
+
+def _passes(net: caffe2_pb2.NetDef, ops: list[caffe2_pb2.OperatorDef]) -> bool:
+    opts = VerifyOptions(inputs=[InputSpec("x", tensor=TensorSpec([2], "float64", [0.5, -0.2]))],
+                         mode="full")
+    return verify_net(net, ["y"], opts, grad_ops=ops).report.passed
+
+
+def test_the_generated_seed_fill_is_adopted() -> None:
+    net, ops = _tanh_ops()
+    assert ops[0].type == "ConstantFill" and _passes(net, ops)
+
+
+@pytest.mark.parametrize("edit", ["value 0", "value 2", "dtype"])
+def test_a_seed_fill_of_another_value_is_not_adopted(edit: str) -> None:
+    net, ops = _tanh_ops()
+    if edit.startswith("value"):
+        ops[0].arg[0].f = float(edit.split()[1])
+    else:
+        ops[0].arg.add(name="dtype", i=10)
+    assert not _passes(net, ops)  # the fill runs as given: the gradient it makes is wrong
+
+
+def test_a_seed_fill_after_its_reader_is_not_adopted() -> None:
+    net, ops = _tanh_ops()
+    ops.reverse()
+    with pytest.raises(ExecutionError) as info:  # as in Caffe2: the reader finds no seed
+        _passes(net, ops)
+    assert info.value.problems[0].path == "grad_ops/op[0]:TanhGradient"
+
+
+@pytest.mark.parametrize("bad", ["abc", 5, [1]])
+def test_a_grad_ops_element_that_is_not_an_object_names_its_index(
+        client: TestClient, bad: object) -> None:
+    body = {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"],
+            "inputs": [{"blob": "x", "tensor": {"shape": [1], "data": [1.0]}}],
+            "grad_ops": [{"type": "ConstantFill", "input": ["y"], "output": ["y_autogen_grad"]},
+                         bad]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert (p["code"], p["op_index"], p["path"]) == ("invalid_field", 1, "grad_ops[1]")
