@@ -462,6 +462,7 @@ def verify_net(
         check_given,
         positions,
     )
+    given = ops if grad_ops is None else list(grad_ops)  # (problems index the caller's list)
     try:
         if runner is not None:
             report, diags = runner(job)
@@ -470,10 +471,9 @@ def verify_net(
         else:
             report, diags = run_check(job)
     except ExecutionError as exc:
-        given = ops if grad_ops is None else list(grad_ops)  # (problems index the caller's)
         explain_sparse_sum_failure(exc, gen.diagnostics, given, prefix="grad_ops/")
         raise
-    return VerifyResult(report, ops, dict(gen.grad_map),
+    return VerifyResult(report, given, dict(gen.grad_map),
                         list(gen.diagnostics) + skipped + diags)
 
 

@@ -174,7 +174,7 @@ class VerifyResult:
 
     Attributes:
         report: the verdict.
-        grad_ops: the gradient ops that were checked.
+        grad_ops: the gradient ops that were checked (given ones as given, seed fills included).
         grad_map: blob -> gradient, from gradient generation.
         diagnostics: generation diagnostics, then the checker's warnings and notes.
     """

@@ -285,3 +285,15 @@ def test_a_grad_ops_element_that_is_not_an_object_names_its_index(
     assert r.status_code == 400
     (p,) = r.json()["errors"]
     assert (p["code"], p["op_index"], p["path"]) == ("invalid_field", 1, "grad_ops[1]")
+
+
+def test_verify_answers_given_ops_as_given(client: TestClient) -> None:
+    net = {"op": [{"type": "Tanh", "input": ["x"], "output": ["y"]}]}
+    given = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]}).json()["grad_ops"]
+    assert given[0]["type"] == "ConstantFill"
+    r = client.post("/v1/verify", json={
+        "net": net, "ys": ["y"], "grad_ops": given,
+        "inputs": [{"blob": "x", "tensor": {"shape": [2], "data": [0.5, -0.2]}}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["report"]["passed"] is True
+    assert r.json()["grad_ops"] == given  # (indices as the caller's; the fill kept)
