@@ -46,14 +46,23 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
         OSError: the file cannot be read.
     """
     suffix = path.suffix.lower()
-    if suffix in (".pbtxt", ".txt", ".prototxt"):
-        return codec.from_text(path.read_text(encoding="utf-8"), caffe2_pb2.NetDef)
-    if suffix == ".json":
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
-            raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
-        return codec.from_json_obj(obj, caffe2_pb2.NetDef)
+    try:
+        if suffix in (".pbtxt", ".txt", ".prototxt"):
+            return codec.from_text(path.read_text(encoding="utf-8"), caffe2_pb2.NetDef)
+        if suffix == ".json":
+            try:
+                obj = json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
+                raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
+            return codec.from_json_obj(obj, caffe2_pb2.NetDef)
+    except DecodeError as exc:
+        if any(p.path == "net" and p.code == "unknown_field" for p in exc.problems):
+            raise DecodeError(  # (a request body saved for the HTTP API)
+                f"{exc.message}; the file holds a request message (net {{ ... }} ys "
+                "{ ... }), and this command reads a bare NetDef: keep only what is inside "
+                "`net` and name the outputs with --ys, or POST the file to /v1/gradients/net",
+                exc.problems) from exc
+        raise
     return codec.from_binary(path.read_bytes(), caffe2_pb2.NetDef)
 
 

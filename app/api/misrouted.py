@@ -8,6 +8,7 @@ use instead; it returns when the body is not such a mistake.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeVar
 
@@ -135,10 +136,31 @@ def _refuse_op_on_net(data: bytes, cls: type[M], exc: DecodeError) -> None:
         raise DecodeError.at(join_hint(exc.message, hint),
                              code="op_request_on_net_route") from exc
     if route == "/v1/jobs":
+        _refuse_unwrapped_job(data, exc)
         return
     if _is_type(op.type) and (op.input or op.output):
         raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare=True)),
                              code="bare_operatordef") from exc
+
+
+def _refuse_unwrapped_job(data: bytes, exc: DecodeError) -> None:
+    """Raise a 400 saying how to wrap it when a binary ``/v1/jobs`` body is a net route's
+    request (a VerifyRequest, RunRequest or NetGradientRequest: ``net`` is field 1 of each).
+
+    Raises:
+        DecodeError: code ``unwrapped_job_request``, with the JobRequest to send instead.
+    """
+    from app.api.hints import JOB_HINT, join_hint
+
+    req = netgrad_pb2.VerifyRequest()
+    try:
+        req.ParseFromString(data)
+    except message.DecodeError:
+        return
+    if len(req.net.op) and all(_is_type(o.type) for o in req.net.op):
+        raise DecodeError.at(join_hint(exc.message, (
+            "the body looks like a net route's request, not a JobRequest; "
+            + JOB_HINT)), code="unwrapped_job_request") from exc
 
 
 def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
@@ -194,3 +216,23 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
     code = "bare_operatordef" if is_op else "bare_netdef"
     raise DecodeError.at(join_hint(exc.message, bare_text_hint(cls.DESCRIPTOR.name)),
                          code=code) from exc
+
+
+def refuse_json_as_text(text: str, exc: DecodeError) -> None:
+    """Raise a 400 naming the media type when a ``text/x-protobuf`` body is JSON.
+
+    Raises:
+        DecodeError: code ``json_as_text``, saying to send ``application/json``.
+    """
+    from app.api.hints import join_hint
+
+    head = text.lstrip()[:1]
+    if head not in ("{", "["):
+        return
+    try:
+        json.loads(text)
+    except ValueError:
+        return
+    raise DecodeError.at(join_hint(exc.message, (
+        "the body is JSON, sent as text/x-protobuf (protobuf text format): send it with "
+        "Content-Type: application/json")), code="json_as_text") from exc

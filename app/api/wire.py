@@ -101,6 +101,7 @@ def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
         msg = codec.from_text(body.text or "", cls)
     except DecodeError as exc:
         misrouted.refuse_bare_text(body.text or "", cls, exc)
+        misrouted.refuse_json_as_text(body.text or "", exc)
         raise
     for f in cls.DESCRIPTOR.fields:
         if f.message_type in _NET_TYPES:

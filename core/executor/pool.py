@@ -30,6 +30,7 @@ import importlib
 import logging
 import multiprocessing
 import os
+import pkgutil
 import queue
 import threading
 import time
@@ -58,24 +59,41 @@ _GRACE_S = 0.3
 #: Seconds a new worker may take to import NumPy and the kernels before it counts as broken.
 _STARTUP_TIMEOUT_S = 60.0
 #: Imported when a worker starts, so that a job never has to import engine code later
-#: (the installed files may have been replaced meanwhile, e.g. by a reinstall).
+#: (the installed files may have been replaced meanwhile, e.g. by a reinstall) ...
 _MODULES_TO_PRELOAD = (
     "numpy",
     "core.executor.executor",
     "core.executor.jobs",
     "core.verify.checker",
 )
+#: ... and then every module of these packages: error paths import some inside functions
+#: (``core.typos`` for an unknown op type's did-you-mean was a 500 in a worker started
+#: before the README's second command reinstalled netgrad; walkthrough, stop 26).
+_PACKAGES_TO_PRELOAD = ("api_schemas", "core")
+
+
+def _preload() -> None:
+    """Import :data:`_MODULES_TO_PRELOAD`, then every module of :data:`_PACKAGES_TO_PRELOAD`
+    (a module needing an optional extra that is not installed is left out)."""
+    for mod in _MODULES_TO_PRELOAD:
+        try:
+            importlib.import_module(mod)
+        except ImportError:  # optional preload; the job imports what it needs
+            pass
+    for pkg in _PACKAGES_TO_PRELOAD:
+        root = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                pass
 
 
 def _worker_main(conn: Connection, limits: RunLimits) -> None:
     """Worker process: preload, set limits, then serve ``(fn, args)`` jobs until ``None``."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    for mod in _MODULES_TO_PRELOAD:
-        try:
-            importlib.import_module(mod)
-        except ImportError:  # optional preload; the job imports what it needs
-            pass
+    _preload()
     from core.executor.allocator import keep_freed_memory, release_freed_memory
     from core.executor.executor import _ensure_loaded
     from core.executor.limits import set_default_limits

@@ -325,7 +325,8 @@ class ForwardSSA:
             "dead_write",
             f"{self.where(writer)} writes '{name}' (version {version}) but no op reads it "
             f"before {self.where(idx)} overwrites it, "
-            "so that write gets no gradient (was an op added twice?)",
+            "so that write gets no gradient (harmless when meant; if the value was meant to be "
+            "read, check the blob names, or whether an op was added twice)",
             op_index=writer + self.offset,
             op_type=w_type,
             blobs=[name],

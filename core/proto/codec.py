@@ -275,8 +275,35 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
                                if source and line and column else (None, None, None))
     if found and path is not None:  # (the path names the unknown key, as JSON's does)
         path = f"{path}.{found['name']}" if path else found["name"]
+    if not path and text.endswith('Expected "{".') and source and line and column:
+        field, example = _scalar_for_message(source, cls, line, column)
+        if field is not None:
+            msg = msg.rstrip(".") + f"; {field} holds a message, not a bare value: write {example}"
+            path = field
     path = path or None  # ("": the top level; None: not found)
     return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
+
+
+#: How a top-level message field of a request is written in text format.
+_TEXT_EXAMPLES = {
+    "ys": 'ys { blob: "y" } for each y (an all-ones seed), or '
+          'ys { blob: "y" gradient { dense: "y_grad" } }',
+    "g_output": 'g_output { dense: "y_grad" } for each output of the op, in order '
+                "(g_output { } for an output without a gradient)",
+}
+
+
+def _scalar_for_message(text: str, cls: type[message.Message], line: int, column: int
+                        ) -> tuple[str | None, str]:
+    """The top-level message field of ``cls`` given a bare value at ``line:column`` (the
+    parser expected ``{``), e.g. ``ys: "y"``, and how to write it instead."""
+    lines = text.split("\n")
+    before = lines[line - 1][:column - 1] if 0 < line <= len(lines) else ""
+    m = re.search(r"(\w+)\s*:?\s*\Z", before)
+    f = cls.DESCRIPTOR.fields_by_name.get(m[1]) if m else None
+    if f is None or f.message_type is None:
+        return None, ""
+    return f.name, _TEXT_EXAMPLES.get(f.name, f"{f.name} {{ ... }} ({f.message_type.name})")
 
 
 def _type_after(tok: text_format.Tokenizer) -> str | None:

@@ -297,3 +297,80 @@ def test_verify_answers_given_ops_as_given(client: TestClient) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["report"]["passed"] is True
     assert r.json()["grad_ops"] == given  # (indices as the caller's; the fill kept)
+
+
+# --- walkthrough, stop 26 ---------------------------------------------------------------------
+def _loaded_modules() -> list[str]:
+    import sys
+
+    return sorted(m for m in sys.modules if m.startswith(("core.", "api_schemas.")))
+
+
+def test_a_worker_imports_every_engine_module_when_it_starts() -> None:
+    """An unknown op type's did-you-mean (``core.typos``, imported inside a function) was a
+    500 from a worker started before the README's second command reinstalled netgrad."""
+    import pkgutil
+
+    import core
+    from core.executor.pool import WorkerPool
+
+    every = sorted(i.name for i in pkgutil.walk_packages(core.__path__, "core."))
+    with WorkerPool(1) as pool:
+        loaded = pool.submit(_loaded_modules)
+    assert "core.typos" in loaded
+    assert [m for m in every if m not in loaded] == []
+
+
+@pytest.mark.parametrize(("route", "text", "field", "fixed"), [
+    ("/v1/gradients/net", 'net { op { type: "Relu" input: "x" output: "y" } } ys: "y"', "ys",
+     'net { op { type: "Relu" input: "x" output: "y" } } ys { blob: "y" }'),
+    ("/v1/gradients/op", 'op { type: "Relu" input: "x" output: "y" } g_output: "y_grad"',
+     "g_output", 'op { type: "Relu" input: "x" output: "y" } g_output { dense: "y_grad" }'),
+])
+def test_a_bare_value_for_a_text_format_message_field_says_how_to_write_it(
+        client: TestClient, route: str, text: str, field: str, fixed: str) -> None:
+    r = client.post(route, content=text.encode(), headers=T)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert p["path"] == field and f"write {field} {{" in p["message"]
+    assert ".;" not in p["message"]
+    assert client.post(route, content=fixed.encode(), headers=T).status_code == 200
+
+
+def test_a_text_format_output_without_a_gradient_is_json_null(client: TestClient) -> None:
+    text = b'op { type: "Relu" input: "x" output: "y" } g_output { }'
+    r = client.post("/v1/gradients/op", content=text, headers=T)
+    j = client.post("/v1/gradients/op", json={
+        "op": {"type": "Relu", "input": ["x"], "output": ["y"]}, "g_output": [None]})
+    assert r.status_code == j.status_code == 422  # (Relu's gradient needs its output's)
+    assert r.json()["errors"] == j.json()["errors"]
+
+
+def test_json_sent_as_text_format_names_the_media_type(client: TestClient) -> None:
+    body = b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}, "ys": ["y"]}'
+    r = client.post("/v1/gradients/net", content=body, headers=T)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert p["code"] == "json_as_text" and "application/json" in p["message"]
+
+
+def test_a_net_routes_binary_request_on_the_jobs_route(client: TestClient) -> None:
+    net = caffe2_pb2.NetDef(op=[_op()])
+    data = netgrad_pb2.VerifyRequest(net=net, ys=[netgrad_pb2.GradientMapEntry(blob="y")])
+    r = client.post("/v1/jobs", content=data.SerializeToString(), headers=B)
+    assert r.status_code == 400
+    (p,) = r.json()["errors"]
+    assert p["code"] == "unwrapped_job_request" and '{"verify":' in p["message"]
+
+
+def test_the_cli_says_a_request_file_is_not_a_netdef(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = Path(str(tmp_path), "req.pbtxt")
+    f.write_text('net { op { type: "Relu" input: "x" output: "y" } } ys { blob: "y" }')
+    out = subprocess.run([sys.executable, "-m", "app.cli", "grad", str(f)], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 1
+    assert "holds a request message" in out.stderr and "--ys" in out.stderr
