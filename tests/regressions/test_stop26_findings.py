@@ -374,3 +374,16 @@ def test_the_cli_says_a_request_file_is_not_a_netdef(tmp_path: object) -> None:
                          text=True, timeout=120, check=False)
     assert out.returncode == 1
     assert "holds a request message" in out.stderr and "--ys" in out.stderr
+
+
+@pytest.mark.parametrize("kind", ["verify", "run"])
+def test_a_job_missing_an_input_is_a_400_at_once(client: TestClient, kind: str) -> None:
+    body: dict[str, object] = {"net": {"op": [{"type": "Relu", "input": ["x"],
+                                               "output": ["y"]}]}}
+    body.update({"ys": ["y"]} if kind == "verify" else {"fetch": ["y"]})
+    r = client.post("/v1/jobs", json={kind: body})
+    assert r.status_code == 400, r.text  # (was 202, then a failed job)
+    (p,) = r.json()["errors"]
+    assert (p["code"], p["op_index"], p["blobs"]) == ("missing_input", 0, ["x"])
+    body["inputs"] = [{"blob": "x", "tensor": {"shape": [1], "data": [1.0]}}]
+    assert client.post("/v1/jobs", json={kind: body}).status_code == 202

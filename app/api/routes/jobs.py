@@ -37,6 +37,7 @@ from core.executor.jobstore import JobRecord, LocalJobs, OwnerLimitError, RayJob
 from core.executor.limits import RunLimits
 from core.ir.env import GenLimits
 from core.proto.limits import effective_max_depth
+from core.verify.missing import check_inputs
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -162,6 +163,11 @@ async def submit_job(request: Request) -> Response:
             raise InvalidRequestError.at(YS_EMPTY, path="verify.ys", code="ys_empty")
         try:
             wire.ys_value(inner.ys)  # a blob given two seeds: a 400 now too
+            if not (inner.HasField("init_net") and len(inner.init_net.op)):
+                # every blob the net reads is fed: a 400 now, as the synchronous route
+                # gives (with an init net, only running it tells what it writes)
+                given = inner.verify.inputs if kind == "verify" else inner.inputs
+                check_inputs(inner.net, [i.blob for i in given])
         except InvalidRequestError as exc:
             raise nested_under(exc, kind, inner.DESCRIPTOR) from None
         allowance = auth.job_allowance(ctx.pool)
