@@ -6,9 +6,7 @@ Run with ``netgrad serve`` or ``uvicorn --factory app.main:create_app``.
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
-import pkgutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +22,7 @@ from app.errors import install_handlers
 from app.server import BodyTimeoutMiddleware
 from app.settings import Settings, get_settings
 from core.ops import load_all
+from core.preload import import_packages
 from core.proto.limits import DECODER_MAX_DEPTH
 
 log = logging.getLogger("netgrad")
@@ -108,14 +107,7 @@ def import_everything() -> list[str]:
     Returns:
         The names of the modules left out (sorted).
     """
-    missing: list[str] = []
-    for pkg in PACKAGES:
-        root = importlib.import_module(pkg)
-        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
-            try:
-                importlib.import_module(info.name)
-            except ImportError:
-                missing.append(info.name)
+    missing = import_packages(PACKAGES)
     if missing:
         log.debug("modules left out at start-up (optional extras): %s", ", ".join(missing))
     return sorted(missing)

@@ -30,7 +30,6 @@ import importlib
 import logging
 import multiprocessing
 import os
-import pkgutil
 import queue
 import threading
 import time
@@ -49,6 +48,7 @@ from core.errors import (
 )
 from core.executor.limits import RunLimits
 from core.executor.observer import PoolObserver, PoolStatus, limit_of
+from core.preload import import_packages
 from core.types import Diagnostic
 
 log = logging.getLogger("netgrad.pool")
@@ -80,13 +80,7 @@ def _preload() -> None:
             importlib.import_module(mod)
         except ImportError:  # optional preload; the job imports what it needs
             pass
-    for pkg in _PACKAGES_TO_PRELOAD:
-        root = importlib.import_module(pkg)
-        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
-            try:
-                importlib.import_module(info.name)
-            except ImportError:
-                pass
+    import_packages(_PACKAGES_TO_PRELOAD)
 
 
 def _worker_main(conn: Connection, limits: RunLimits) -> None:

@@ -41,14 +41,16 @@ def _sub_nets(op: OperatorDef) -> Iterator[NetDef]:
         yield from a.nets
 
 
-def _names(net: NetDef, into: set[str]) -> None:
+def blob_names(net: NetDef, into: set[str]) -> None:
+    """Add to ``into`` every blob name ``net`` and its sub-nets mention (external inputs and
+    outputs, op inputs and outputs)."""
     into.update(net.external_input)
     into.update(net.external_output)
     for op in net.op:
         into.update(op.input)
         into.update(op.output)
         for sub in _sub_nets(op):
-            _names(sub, into)
+            blob_names(sub, into)
 
 
 def _reads(op: OperatorDef, native: bool) -> list[str]:
@@ -97,7 +99,7 @@ def missing_inputs(net: NetDef, given: Collection[str]) -> list[Diagnostic]:
         have.update(op.output)
         if native:
             for sub in _sub_nets(op):
-                _names(sub, have)
+                blob_names(sub, have)
     return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from api_schemas import caffe2_pb2
 from core.errors import InvalidRequestError
 from core.types import GradientSlice, GradValue, grad_names
+from core.verify.missing import blob_names
 
 NetDef = caffe2_pb2.NetDef
 OperatorDef = caffe2_pb2.OperatorDef
@@ -22,19 +23,6 @@ def _free_name(base: str, taken: set[str]) -> str:
         k += 1
         name = f"{base}_{k}"
     return name
-
-
-def _all_names(net: NetDef, into: set[str]) -> None:
-    into.update(net.external_input)
-    into.update(net.external_output)
-    for op in net.op:
-        into.update(op.input)
-        into.update(op.output)
-        for a in op.arg:
-            if a.HasField("n"):
-                _all_names(a.n, into)
-            for sub in a.nets:
-                _all_names(sub, into)
 
 
 def seed_names(
@@ -54,7 +42,7 @@ def seed_names(
     if not items:
         raise InvalidRequestError("ys is empty: name at least one output to differentiate")
     taken: set[str] = set(fed)
-    _all_names(net, taken)
+    blob_names(net, taken)
     seeds: dict[str, str] = {}
     given_for: dict[str, str] = {}  # a caller-given seed name -> its y
     for y, g in items:
