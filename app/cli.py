@@ -58,9 +58,10 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     except DecodeError as exc:
         if any(p.path == "net" and p.code == "unknown_field" for p in exc.problems):
             raise DecodeError(  # (a request body saved for the HTTP API)
-                f"{exc.message}; the file holds a request message (net {{ ... }} ys "
-                "{ ... }), and this command reads a bare NetDef: keep only what is inside "
-                "`net` and name the outputs with --ys, or POST the file to /v1/gradients/net",
+                f"{exc.message}; the file holds a request message (with `net` and `ys`), "
+                "and this command reads a bare NetDef: keep only what is inside `net` and "
+                "name the outputs with --ys, or POST the whole file to the service (e.g. "
+                "/v1/gradients/net or /v1/verify)",
                 exc.problems) from exc
         raise
     return codec.from_binary(path.read_bytes(), caffe2_pb2.NetDef)

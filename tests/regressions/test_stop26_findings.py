@@ -387,3 +387,28 @@ def test_a_job_missing_an_input_is_a_400_at_once(client: TestClient, kind: str) 
     assert (p["code"], p["op_index"], p["blobs"]) == ("missing_input", 0, ["x"])
     body["inputs"] = [{"blob": "x", "tensor": {"shape": [1], "data": [1.0]}}]
     assert client.post("/v1/jobs", json={kind: body}).status_code == 202
+
+
+# --- final review, stop 26 --------------------------------------------------------------------
+@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000])
+def test_deep_json_sent_as_text_format_is_a_400(client: TestClient, body: bytes) -> None:
+    r = client.post("/v1/verify", content=body, headers=T)
+    assert r.status_code == 400, r.text  # (a full json.loads recursed: 500)
+    assert r.json()["errors"][0]["code"] == "json_as_text"
+
+
+def test_text_format_is_never_taken_for_json(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content=b'net { op { type: "Relu" inptu: "x" } }',
+                    headers=T)
+    assert r.status_code == 400 and r.json()["errors"][0]["code"] == "unknown_field"
+
+
+def test_misroute_checks_read_a_bounded_number_of_ops() -> None:
+    from app.api import misrouted
+
+    net = caffe2_pb2.NetDef(op=[_op()] * misrouted._OPS_LOOKED_AT)
+    assert misrouted._typed_ops(net)
+    net.op.add(type="1 not a type")  # (past the ops looked at)
+    assert misrouted._typed_ops(net)
+    net.op[0].type = "1 not a type"
+    assert not misrouted._typed_ops(net)
