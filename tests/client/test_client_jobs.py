@@ -40,16 +40,34 @@ def test_submit_then_wait_gives_what_the_synchronous_route_gives(server_url: str
                                                                  "y_grad": [8.0]}
 
 
+#: An init net writing a blob the MLP does not read: only running it tells that the MLP's
+#: weights are still missing, so a job with it is queued and fails when it runs.
+UNRELATED_INIT = {"op": [{"type": "ConstantFill", "output": ["unrelated"],
+                          "arg": [{"name": "shape", "ints": [1]}]}]}
+
+
 def test_a_failed_job_raises_the_synchronous_routes_typed_error(server_url: str) -> None:
     with Client(server_url) as c:
         with pytest.raises(errors.BadRequestError) as sync:
-            c.verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1])
-        job = c.submit_verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1])
+            c.verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1], init_net=UNRELATED_INIT)
+        job = c.submit_verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1],
+                              init_net=UNRELATED_INIT)
         with pytest.raises(errors.BadRequestError) as failed:
             c.wait(job, timeout=60, poll_interval=0.05)
     assert failed.value.code == sync.value.code
     assert [e.blobs for e in failed.value.errors] == [e.blobs for e in sync.value.errors]
     assert failed.value.errors  # the missing inputs are named
+
+
+def test_a_job_missing_inputs_is_refused_with_the_synchronous_routes_error(
+        server_url: str) -> None:
+    with Client(server_url) as c:  # (no init net: the missing inputs are known at once)
+        with pytest.raises(errors.BadRequestError) as sync:
+            c.verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1])
+        with pytest.raises(errors.BadRequestError) as refused:
+            c.submit_verify(docs.MLP_NET, ["prob"], inputs=MLP_INPUTS[:1])
+    assert refused.value.code == sync.value.code
+    assert [e.blobs for e in refused.value.errors] == [e.blobs for e in sync.value.errors]
 
 
 def test_timeout_then_cancel_then_wait_raises_cancelled(server_url: str) -> None:
