@@ -58,13 +58,37 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     except DecodeError as exc:
         if any(p.path == "net" and p.code == "unknown_field" for p in exc.problems):
             raise DecodeError(  # (a request body saved for the HTTP API)
-                f"{exc.message}; the file holds a request message (with `net` and `ys`), "
-                "and this command reads a bare NetDef: keep only what is inside `net` and "
-                "name the outputs with --ys, or POST the whole file to the service (e.g. "
-                "/v1/gradients/net or /v1/verify)",
-                exc.problems) from exc
+                f"{exc.message}; {_REQUEST_FILE}", exc.problems) from exc
         raise
-    return codec.from_binary(path.read_bytes(), caffe2_pb2.NetDef)
+    data = path.read_bytes()
+    try:
+        net = codec.from_binary(data, caffe2_pb2.NetDef)
+    except DecodeError as exc:
+        if _binary_request(data):
+            raise DecodeError(f"{path}: {_REQUEST_FILE}", exc.problems) from exc
+        raise
+    if len(net.op) and not any(op.type for op in net.op) and _binary_request(data):
+        # (a request's `net` reads as a NetDef's name, its `ys` as ops without a type)
+        raise DecodeError(f"{path}: {_REQUEST_FILE}")
+    return net
+
+
+_REQUEST_FILE = (
+    "the file holds a request message (with `net` and `ys`), and this command reads a bare "
+    "NetDef: keep only what is inside `net` and name the outputs with --ys, or POST the "
+    "whole file to the service (e.g. /v1/gradients/net or /v1/verify)"
+)
+
+
+def _binary_request(data: bytes) -> bool:
+    """Whether binary ``data`` reads as a netgrad.v1 request whose ``net`` has typed ops."""
+    from api_schemas import netgrad_pb2
+
+    try:
+        req = codec.from_binary(data, netgrad_pb2.NetGradientRequest)
+    except DecodeError:
+        return False
+    return any(op.type for op in req.net.op)
 
 
 def default_ys(net: caffe2_pb2.NetDef) -> list[str]:

@@ -12,7 +12,11 @@ from collections.abc import Sized
 
 from core.errors import InvalidRequestError
 
-YS_EMPTY = "ys is empty: name at least one output to differentiate"
+YS_EMPTY = (
+    "ys is empty: name at least one output to differentiate, e.g. \"ys\": [\"prob\"] in "
+    "JSON or ys { blob: \"prob\" } in text format (all-ones seeds); the net's "
+    "external_output is the usual choice"
+)
 
 
 def require_ys(ys: Sized) -> None:

@@ -388,15 +388,18 @@ def bare_text_hint(message_name: str) -> str:
     """What to send instead of a bare NetDef / OperatorDef in text format, for the request
     message ``message_name`` (e.g. ``NetGradientRequest``)."""
     route = next((r for r, d in ROUTE_MESSAGES.items() if d.name == message_name), "")
+    return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text_example(message_name)}"
+
+
+def text_example(message_name: str) -> str:
+    """The request message ``message_name`` in text format, in outline."""
     if message_name == "OpGradientRequest":
-        text = 'op { <your OperatorDef> } g_output { dense: "<output>_grad" }'
-    elif message_name == "RunRequest":
-        text = 'net { <your NetDef> } fetch: "<blob>"'
-    elif message_name == "JobRequest":
-        text = 'verify { net { <your NetDef> } ys { blob: "<output blob>" } }'
-    else:
-        text = 'net { <your NetDef> } ys { blob: "<output blob>" }'
-    return f"{bare_net_hint(route)}; in text format (text/x-protobuf): {text}"
+        return 'op { <your OperatorDef> } g_output { dense: "<output>_grad" }'
+    if message_name == "RunRequest":
+        return 'net { <your NetDef> } fetch: "<blob>"'
+    if message_name == "JobRequest":
+        return 'verify { net { <your NetDef> } ys { blob: "<output blob>" } }'
+    return 'net { <your NetDef> } ys { blob: "<output blob>" }'
 
 
 def _stem(message: str) -> str:
@@ -414,6 +417,18 @@ def _append(p: Diagnostic, hint: str) -> Diagnostic:
     if hint in p.message:
         return p
     return dataclasses.replace(p, message=join_hint(p.message, hint))
+
+
+#: Keys clients write for a netgrad.v1 field under another word: (message, key) -> field.
+_SYNONYMS = {
+    ("InputSpec", "name"): "blob",
+    ("InputSpec", "value"): "tensor",
+    ("InputSpec", "data"): "tensor",
+    ("GradientMapEntry", "name"): "blob",
+    ("RandomSpec", "dims"): "shape",
+    ("Tensor", "dims"): "shape",
+    ("Tensor", "values"): "data",
+}
 
 
 def _hint(p: Diagnostic, route: str, body: _Body) -> str | None:
@@ -450,7 +465,7 @@ def _hint(p: Diagnostic, route: str, body: _Body) -> str | None:
         # the message the key sits in knows best (run.input -> inputs), then its own deeper
         # fields (verify.atol -> tolerances.atol); never a field of another branch (run.seed
         # is not verify.seed)
-        near = _nearest(leaf, _top_fields(parent))
+        near = _nearest(leaf, _top_fields(parent)) or _SYNONYMS.get((parent.name, leaf))
         if near is None:
             deeper = {k: v for k, v in _paths_from(parent).items() if _via_netgrad(parent, v)}
             found = _nearest(leaf, deeper)
@@ -463,7 +478,8 @@ def _hint(p: Diagnostic, route: str, body: _Body) -> str | None:
     if (p.code == "invalid_field" and path == "g_output" and "required" in p.message
             and route == "/v1/gradients/op"):
         return G_OUTPUT_HINT
-    if p.code == "invalid_field" and path.startswith("inputs") and "array" in p.message:
+    if (p.code == "invalid_field" and re.fullmatch(r"(verify\.|run\.)?inputs", path)
+            and "array" in p.message):  # (not a field inside an entry: inputs[0].tensor.shape)
         return INPUTS_HINT
     # (an unknown op type's nearest names come from the engine: code unknown_operator)
     if (p.code in ("gradient_not_defined", "not_implemented_in_netgrad") and p.op_type

@@ -215,12 +215,19 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
         return _entries(f, opts, value, path, caffe2, problems)
     if f.is_repeated:
         if type(value) is not list:
-            raise _Invalid("invalid_field", path, "must be a JSON array")
+            raise _Invalid("invalid_field", path, "must be a JSON array" + _one_item(value))
         fast = _scalars(f, value)
         if fast is not None:
             return fast
         return [_single(f, v, f"{path}[{k}]", caffe2, problems) for k, v in enumerate(value)]
     return _single(f, value, path, caffe2, problems)
+
+
+def _one_item(value: Any) -> str:
+    """`` (for one value, a list of it: ["y"])`` for a short scalar given where a list goes."""
+    if type(value) in (str, int, float, bool) and len(text := json.dumps(value)) <= 40:
+        return f" (for one value, a list of it: [{text}])"
+    return ""
 
 
 def _scalars(f: Any, value: list[Any]) -> list[Any] | None:

@@ -11,7 +11,7 @@ from typing import Any
 from api_schemas import netgrad_pb2
 from app.api import wire
 from app.errors import ProblemError
-from core.executor.jobs import RunResult, run_net
+from core.executor.jobs import RunResult, check_fetch_names, run_net
 from core.ir.env import GenLimits
 from core.verify.init_net import prepare_inputs
 
@@ -36,6 +36,7 @@ def run_in_pool(
             "running nets happens in worker processes; start the service with "
             "NETGRAD_WORKERS >= 1",
         )
+    check_fetch_names(req.fetch)  # (before init_net runs)
     inputs = prepare_inputs(
         req.net, wire.input_specs(req.inputs),
         req.init_net if req.HasField("init_net") else None, pool,

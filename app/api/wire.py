@@ -73,11 +73,7 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     if isinstance(decoded.msg, netgrad_pb2.OpGradientRequest) and not decoded.msg.op.type:
         misrouted.refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
     if decoded.nested:
-        for f in cls.DESCRIPTOR.fields:
-            if f.message_type in _NET_TYPES:
-                value = getattr(decoded.msg, f.name)
-                for net in value if f.is_repeated else [value]:
-                    limits.check_depth(net, max_depth)
+        _check_net_depths(decoded.msg, max_depth)
     try:
         _check_required(decoded.msg, "")
     except DecodeError as exc:
@@ -103,13 +99,37 @@ def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
         misrouted.refuse_bare_text(body.text or "", cls, exc)
         misrouted.refuse_json_as_text(body.text or "", exc)
         raise
-    for f in cls.DESCRIPTOR.fields:
+    _check_net_depths(msg, max_depth)
+    try:
+        _check_required(msg, "")
+    except DecodeError as exc:
+        if (body.text or "").strip():
+            raise
+        from app.api.hints import article, join_hint, text_example
+
+        name = cls.DESCRIPTOR.name
+        empty = (f"the body is empty: send {article(name)} {name} in text format, e.g. "
+                 f"{text_example(name)}")
+        raise DecodeError(join_hint(exc.message, empty), [
+            dataclasses.replace(p, message=join_hint(p.message, empty))
+            for p in exc.problems]) from exc
+    return msg
+
+
+def _check_net_depths(msg: message.Message, max_depth: int) -> None:
+    """Depth-check every NetDef / OperatorDef field of ``msg``, also those inside its set
+    netgrad.v1 message fields (a JobRequest's ``run.net``, ``verify.init_net``).
+
+    Raises:
+        LimitExceededError: sub-nets nested deeper than ``max_depth``.
+    """
+    for f, value in msg.ListFields():
         if f.message_type in _NET_TYPES:
-            value = getattr(msg, f.name)
             for net in value if f.is_repeated else [value]:
                 limits.check_depth(net, max_depth)
-    _check_required(msg, "")
-    return msg
+        elif (f.message_type is not None and not f.is_repeated
+              and f.message_type.full_name.startswith("netgrad.v1.")):
+            _check_net_depths(value, max_depth)
 
 
 class _DuplicateKey(Exception):
@@ -466,7 +486,7 @@ def _not_json(msg: message.Message, refused: bool) -> Exception:
               "UTF-8 (an Argument.s the request sent as bytes), which JSON cannot show as "
               "text; ask for binary protobuf (Accept: application/x-protobuf or "
               "application/protobuf)")
-    code = "not_acceptable" if refused else "decode_error"
+    code = "not_acceptable" if refused else "answer_not_json"
     problems = [Diagnostic("error", code, f"{p}: holds bytes that are not UTF-8; ask for "
                            "Accept: application/x-protobuf (or application/protobuf)", path=p)
                 for p in paths]

@@ -209,7 +209,8 @@ class ExecContext:
         outs = list(outs) if outs is not None else []
         if len(outs) < len(op.output):
             raise ExecutionError(
-                f"{op.type} kernel returned {len(outs)} outputs for {len(op.output)} output blobs"
+                f"{op.type} computes {len(outs)} output(s) from these inputs and arguments, but "
+                f"the op lists {len(op.output)} output blobs; list at most {len(outs)}"
             )
         arrays = [np.asarray(val) for val in outs[:len(op.output)]]
         if op.type in _BROADCASTING:

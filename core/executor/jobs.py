@@ -54,8 +54,23 @@ class RunResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
-def _check_fetch_names(fetch: Sequence[str]) -> None:
-    seen: list[str] = []
+def check_fetch_names(fetch: Sequence[str]) -> None:
+    """Refuse an empty fetch list, an empty name and a name fetched twice.
+
+    Raises:
+        InvalidRequestError: at ``fetch`` (empty list) or ``fetch[k]``.
+
+    An empty list is refused in every encoding alike: JSON can tell a missing ``fetch``
+    from ``[]``, binary and text cannot, and a run that returns nothing is never what the
+    caller meant.
+    """
+    if not fetch:
+        raise InvalidRequestError.at(
+            "fetch is empty: name the blobs to return, e.g. \"fetch\": [\"y\"] in JSON or "
+            "fetch: \"y\" in text format",
+            path="fetch", code="missing_field",
+        )
+    seen: set[str] = set()
     for k, name in enumerate(fetch):
         if not name:
             raise InvalidRequestError.at(f"fetch[{k}] is empty", path=f"fetch[{k}]")
@@ -63,7 +78,7 @@ def _check_fetch_names(fetch: Sequence[str]) -> None:
             raise InvalidRequestError.at(
                 f"fetch[{k}]: blob '{name}' is fetched twice", path=f"fetch[{k}]", blobs=[name]
             )
-        seen.append(name)
+        seen.add(name)
 
 
 def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> dict[str, np.ndarray]:
@@ -144,7 +159,7 @@ def run_job(
     from core.verify.specs import materialize_inputs
 
     limits = limits or default_limits()
-    _check_fetch_names(fetch)
+    check_fetch_names(fetch)
     net = NetDef()
     net.ParseFromString(net_bytes)
     feeds = materialize_inputs(inputs, 0, limits)
@@ -199,7 +214,7 @@ def run_net(
     """
     from core.api import gradient_for_net
 
-    _check_fetch_names(fetch)
+    check_fetch_names(fetch)
     full = net
     result = RunResult({})
     if ys:

@@ -192,21 +192,26 @@ def _check_utf8(msg: message.Message) -> None:
     Raises:
         DecodeError: naming the offending field.
     """
-    # (message, path, innermost op's (index, type) or None)
-    stack_: list[tuple[message.Message, str, tuple[int, str | None] | None]] = [(msg, "", None)]
+    # Tasks in body order, depth first: ("m", message, path, innermost op's (index, type)
+    # or None) expands into its fields' tasks; ("s", values, path, op) checks one field's
+    # strings (a singular field's value comes as a one-item list).
+    stack_: list[tuple[str, Any, str, tuple[int, str | None] | None]] = [("m", msg, "", None)]
     while stack_:
-        cur, where, op = stack_.pop()
+        kind, cur, where, op = stack_.pop()
+        if kind == "s":  # (a repeated field's values are one task: no path per value)
+            bad = next((k for k, v in enumerate(cur) if isinstance(v, bytes)), None)
+            if bad is not None:
+                at = where if type(cur) is list else f"{where}[{bad}]"
+                raise DecodeError.at(
+                    f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
+                    "UTF-8", path=at, code="invalid_utf8",  # (as in JSON and text)
+                    op_index=op[0] if op else None, op_type=op[1] if op else None)
+            continue
+        tasks: list[tuple[str, Any, str, tuple[int, str | None] | None]] = []
         for field, value in cur.ListFields():
             here = f"{where}.{field.name}" if where else field.name
             if field.type == _STRING:
-                values = value if field.is_repeated else [value]
-                for k, v in enumerate(values):
-                    if isinstance(v, bytes):
-                        at = f"{here}[{k}]" if field.is_repeated else here
-                        raise DecodeError.at(
-                            f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
-                            "UTF-8", path=at, code="invalid_utf8",  # (as in JSON and text)
-                            op_index=op[0] if op else None, op_type=op[1] if op else None)
+                tasks.append(("s", value if field.is_repeated else [value], here, op))
             elif field.message_type is not None:
                 is_op = field.message_type.full_name == "caffe2.OperatorDef"
                 items: list[tuple[int | None, Any]] = (
@@ -216,7 +221,8 @@ def _check_utf8(msg: message.Message) -> None:
                     if is_op:
                         t = v.type
                         inner = (j or 0, t if isinstance(t, str) and t else None)
-                    stack_.append((v, here if j is None else f"{here}[{j}]", inner))
+                    tasks.append(("m", v, here if j is None else f"{here}[{j}]", inner))
+        stack_.extend(reversed(tasks))
 
 
 def to_binary(msg: message.Message) -> bytes:
@@ -273,6 +279,8 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
     line, column = exc.GetLine(), exc.GetColumn()
     path, op_index, op_type = (_text_location(source, cls, line, column)
                                if source and line and column else (None, None, None))
+    if found and close is None:
+        msg += _misplaced_hint(cls, found["type"], found["name"], path)
     if found and path is not None:  # (the path names the unknown key, as JSON's does)
         path = f"{path}.{found['name']}" if path else found["name"]
     if not path and text.endswith('Expected "{".') and source and line and column:
@@ -282,6 +290,31 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
             path = field
     path = path or None  # ("": the top level; None: not found)
     return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
+
+
+def _misplaced_hint(cls: type[message.Message], type_name: str, name: str,
+                    path: str | None) -> str:
+    """``; ...`` for a text-format field written one level off: a field of a singular
+    message field of ``type_name`` (top-level ``inputs`` of a VerifyRequest belongs in
+    ``verify { }``), or a top-level field of ``cls`` written inside one of its messages
+    (``verify { ys: ... }``); ``""`` when ``name`` is neither. ``path``: where the unknown key
+    sits (``""`` at the top level, as :func:`_text_location` gives it)."""
+    try:
+        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(type_name)
+    except KeyError:
+        return ""
+    for f in desc.fields:
+        if (f.message_type is not None and not f.is_repeated
+                and name in f.message_type.fields_by_name):
+            inner = f.message_type.fields_by_name[name]
+            value = "{ ... }" if inner.message_type is not None else ": ..."
+            return (f"; {name} is a field of {f.message_type.name}: in text format and binary "
+                    f"it sits inside {f.name} {{ }}, e.g. {f.name} {{ {name} {value} }}")
+    top = cls.DESCRIPTOR
+    if path and "." not in path and "[" not in path and name in top.fields_by_name:
+        return (f"; {name} is a field of {top.name} itself: move it out of {path} {{ }} to the "
+                "top level")
+    return ""
 
 
 #: How a top-level message field of a request is written in text format.
@@ -299,7 +332,7 @@ def _scalar_for_message(text: str, cls: type[message.Message], line: int, column
     parser expected ``{``), e.g. ``ys: "y"``, and how to write it instead."""
     lines = text.split("\n")
     before = lines[line - 1][:column - 1] if 0 < line <= len(lines) else ""
-    m = re.search(r"(\w+)\s*:?\s*\Z", before)
+    m = re.search(r"(\w+)\s*:?\s*\[?\s*\Z", before)  # (also the list form, ys: ["y"])
     f = cls.DESCRIPTOR.fields_by_name.get(m[1]) if m else None
     if f is None or f.message_type is None:
         return None, ""

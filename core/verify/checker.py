@@ -258,6 +258,7 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             f"differences use step {step} and may be inexact",
             blobs=tuple(y for y in job.seeds if base.get(y).dtype != np.float64),
         ))
+    diagnostics.extend(_half_precision(base, step))
     kink_note = kink_diagnostics(scanner.found, KINK_MARGIN * step, diagnostics)
     grad_ws = None
     if with_gradient:
@@ -288,7 +289,42 @@ def _analytic_or_report(p: _Prepared, job: _Job, blob: str) -> tuple[
         return _analytic(p.grad_ws, blob, g, x), "", None
     except ExecutionError as exc:
         return None, "", BlobReport(blob, False, math.inf, math.inf, None, None, None,
-                                    gname, 0, bool(p.kink_note), exc.message)
+                                    gname, 0, bool(p.kink_note), exc.message + _unwritten(job, g))
+
+
+def _half_precision(base: Workspace, step: float) -> list[Diagnostic]:
+    """A warning naming the float16 blobs of the unperturbed run, if any.
+
+    A value rounded to float16 (relative spacing 2^-10) takes a step of ``step`` only on the
+    float16 grid: elsewhere ``x + h`` and ``x - h`` round to the same or to a neighbouring
+    value, so the central difference is mostly rounding and a correct gradient can fail.
+    """
+    names = sorted(n for n, v in base.items()
+                   if isinstance(v, np.ndarray) and v.dtype == np.float16)
+    if not names:
+        return []
+    shown = ", ".join(f"'{n}'" for n in names[:5]) + (" ..." if len(names) > 5 else "")
+    return [Diagnostic(
+        "warning", "half_precision_blob",
+        f"the net computes {shown} in float16: a finite difference of step {step:g} through "
+        "them is mostly rounding, so a correct gradient may fail the check; for an exact "
+        "check use mode \"full\" (one input element at a time), inputs on the float16 grid "
+        "(e.g. multiples of 2^-8 in [0.25, 1)), tolerances.step 2^-8 (0.00390625) and rtol "
+        "2e-3", blobs=tuple(names[:5]))]
+
+
+def _unwritten(job: _Job, g: GradValue) -> str:
+    """``; ...`` when ``job`` checks given gradient ops and none of them writes ``g``."""
+    if job.positions is None or g is None:
+        return ""
+    names = {g.indices, g.values} if isinstance(g, GradientSlice) else {g}
+    for data in job.grad_ops:
+        op = OperatorDef()
+        op.ParseFromString(data)
+        if names & set(op.output):
+            return ""
+    return ("; no op of the given grad_ops writes it (the gradient map comes from "
+            "generation): the gradient op that writes it is missing, or lost that output")
 
 
 def _finish(rep: BlobReport, job: _Job, blob: str, note: str, kink_note: str) -> BlobReport:

@@ -33,6 +33,7 @@ from app.api.negotiation import Body, Media, response_media
 from app.errors import ProblemError
 from app.settings import Settings
 from core.errors import InvalidRequestError
+from core.executor.jobs import check_fetch_names
 from core.executor.jobstore import JobRecord, LocalJobs, OwnerLimitError, RayJobs
 from core.executor.limits import RunLimits
 from core.ir.env import GenLimits
@@ -163,6 +164,8 @@ async def submit_job(request: Request) -> Response:
             raise InvalidRequestError.at(YS_EMPTY, path="verify.ys", code="ys_empty")
         try:
             wire.ys_value(inner.ys)  # a blob given two seeds: a 400 now too
+            if kind == "run":
+                check_fetch_names(inner.fetch)
             if not (inner.HasField("init_net") and len(inner.init_net.op)):
                 # every blob the net reads is fed: a 400 now, as the synchronous route
                 # gives (with an init net, only running it tells what it writes)

@@ -1,0 +1,275 @@
+"""Regressions of stop 27 (the walkthrough and review findings of stop 26, mended).
+
+* ``/v1/run`` with ``"fetch": []`` (or a text/binary body without ``fetch``) answered 200
+  with no outputs, while JSON without ``fetch`` was a 400; an empty fetch list is now a 400
+  everywhere, ``/v1/jobs`` included (at submission).
+* Text-format requests got no pointer for a field one level off (top-level ``inputs`` of a
+  VerifyRequest belongs in ``verify { }``; ``verify { ys: ... }`` belongs outside) and none
+  for the list form ``ys: ["y"]``.
+* ``inputs[0].name`` had no did-you-mean ``blob``; ``inputs[0].tensor.shape: 2`` got the
+  hint about ``inputs`` itself; ``"fetch": "y"`` said "must be a JSON array" and no more.
+* A check of given gradient ops that lost an output said only "blob 'x_grad' does not exist".
+* A net computing in float16 failed the numeric check of a correct gradient with no word on
+  why; it now says so and how to check it exactly (and that recipe passes).
+* A binary body with several non-UTF-8 strings named the last one, not the first.
+* A binary request file given to the CLI read as a NetDef of untyped ops.
+* Text and binary ``/v1/jobs`` bodies nested too deep were queued (JSON ones were refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from google.protobuf import text_format
+
+from api_schemas import caffe2_pb2, netgrad_pb2
+from app.cli import load_net
+from app.main import create_app
+from app.settings import Settings
+from core.errors import DecodeError, ExecutionError
+from core.executor.executor import execute
+from core.proto import codec
+from core.registry import make_op
+from core.verify.checker import InputSpec, TensorSpec, VerifyOptions, verify_net
+
+J = {"content-type": "application/json"}
+B = {"content-type": "application/x-protobuf"}
+T = {"content-type": "text/x-protobuf"}
+NET = {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}
+TNET = 'net { op { type: "Relu" input: "x" output: "y" } }'
+X = {"blob": "x", "tensor": {"shape": [2], "data": [1.0, -2.0]}}
+TX = 'inputs { blob: "x" tensor { shape: 2 data: 1 data: -2 } }'
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=1))) as c:
+        yield c
+
+
+def _error(r: object) -> dict:
+    (p, *_) = r.json()["errors"]  # type: ignore[attr-defined]
+    return p
+
+
+# --- an empty fetch list ------------------------------------------------------------------------
+def test_an_empty_fetch_list_is_a_400_in_json_and_text(client: TestClient) -> None:
+    r = client.post("/v1/run", json={"net": NET, "inputs": [X], "fetch": []})
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert (p["path"], p["code"]) == ("fetch", "missing_field")
+    assert '"fetch": ["y"]' in p["message"] and 'fetch: "y"' in p["message"]
+    r = client.post("/v1/run", content=f"{TNET} {TX}", headers=T)  # (text: no fetch at all)
+    assert r.status_code == 400 and _error(r)["path"] == "fetch", r.text
+    r = client.post("/v1/run", content=f'{TNET} {TX} fetch: "y"', headers=T)
+    assert r.status_code == 200 and list(r.json()["outputs"]) == ["y"], r.text
+
+
+def test_a_job_with_an_empty_fetch_list_is_refused_at_submission(client: TestClient) -> None:
+    r = client.post("/v1/jobs", json={"run": {"net": NET, "inputs": [X], "fetch": []}})
+    assert r.status_code == 400, r.text
+    assert _error(r)["path"] == "run.fetch"
+
+
+# --- text-format fields one level off -----------------------------------------------------------
+def test_top_level_inputs_of_a_text_verify_request_point_into_verify(client: TestClient) -> None:
+    r = client.post("/v1/verify", content=f'{TNET} ys {{ blob: "y" }} {TX}', headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "inputs" and "verify { inputs { ... } }" in p["message"], p
+    fixed = f'{TNET} ys {{ blob: "y" }} verify {{ {TX} }}'
+    assert client.post("/v1/verify", content=fixed, headers=T).status_code == 200
+
+
+def test_ys_inside_verify_of_a_text_request_is_sent_out(client: TestClient) -> None:
+    r = client.post("/v1/verify", content=f'{TNET} verify {{ ys: "y" }}', headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "verify.ys" and "move it out of verify { }" in p["message"], p
+
+
+def test_the_list_form_of_ys_in_text_gets_the_message_form(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content=f'{TNET} ys: ["y"]', headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "ys" and 'ys { blob: "y" }' in p["message"], p
+
+
+def test_an_empty_ys_says_how_to_write_it(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content=TNET, headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["code"] == "ys_empty" and 'ys { blob: "prob" }' in p["message"], p
+
+
+# --- JSON field hints ---------------------------------------------------------------------------
+def test_inputs_name_suggests_blob(client: TestClient) -> None:
+    body = {"net": NET, "ys": ["y"],
+            "inputs": [{"name": "x", "tensor": {"shape": [2], "data": [1, 2]}}]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "inputs[0].name" and "did you mean `blob`?" in p["message"], p
+
+
+def test_a_scalar_where_a_list_goes_is_shown_as_a_list(client: TestClient) -> None:
+    r = client.post("/v1/run", json={"net": NET, "inputs": [X], "fetch": "y"})
+    assert r.status_code == 400 and '["y"]' in _error(r)["message"], r.text
+    body = {"net": NET, "ys": ["y"], "inputs": [{"blob": "x", "tensor": {"shape": 2,
+                                                                         "data": [1, 2]}}]}
+    r = client.post("/v1/verify", json=body)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "inputs[0].tensor.shape" and "[2]" in p["message"], p
+    assert "not an object keyed by blob" not in p["message"]  # (the hint for `inputs` itself)
+
+
+# --- given gradient ops that lost an output -----------------------------------------------------
+def test_a_given_gradient_op_without_an_output_is_named_in_the_note(client: TestClient) -> None:
+    net = {"op": [{"type": "FC", "input": ["x", "w", "b"], "output": ["y"]}]}
+    inputs = [{"blob": "x", "random": {"shape": [2, 3]}},
+              {"blob": "w", "random": {"shape": [4, 3]}},
+              {"blob": "b", "random": {"shape": [4]}}]
+    ops = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]}).json()["grad_ops"]
+    full = client.post("/v1/verify", json={"net": net, "ys": ["y"], "inputs": inputs,
+                                           "grad_ops": ops})
+    assert full.status_code == 200 and full.json()["report"]["passed"], full.text
+    ops[1]["output"] = [o for o in ops[1]["output"] if o != "x_grad"]
+    r = client.post("/v1/verify", json={"net": net, "ys": ["y"], "inputs": inputs,
+                                        "grad_ops": ops})
+    assert r.status_code == 200, r.text
+    rep = r.json()["report"]
+    assert not rep["passed"]
+    (x,) = [b for b in rep["blobs"] if b["blob"] == "x"]
+    assert "no op of the given grad_ops writes it" in x["note"], x
+
+
+# --- float16 inside the net ---------------------------------------------------------------------
+def _half_net() -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef(name="half")
+    net.op.extend([make_op("FloatToHalf", ["x"], ["h"]), make_op("HalfToFloat", ["h"], ["f"]),
+                   make_op("Tanh", ["f"], ["z"])])
+    return net
+
+
+def test_a_float16_net_is_flagged_and_the_advised_check_passes() -> None:
+    grid = [k / 256 for k in (70, 100, 150, 200, 250)]  # (multiples of 2^-8 in [0.25, 1))
+    inputs = [InputSpec("x", tensor=TensorSpec([5], "float32", grid))]
+    off_grid = [InputSpec("x", tensor=TensorSpec([5], "float32", [0.3, -1.7, 2.2, 5.1, 0.9]))]
+    plain = verify_net(_half_net(), ["z"], VerifyOptions(inputs=off_grid))
+    (warn,) = [d for d in plain.diagnostics if d.code == "half_precision_blob"]
+    assert warn.blobs == ("h",) and 'mode "full"' in warn.message
+    advised = verify_net(_half_net(), ["z"], VerifyOptions(
+        inputs=inputs, mode="full", step=2.0**-8, rtol=2e-3))
+    assert advised.report.passed
+    # (and the advised check still catches a wrong gradient: Tanh's derivative doubled)
+    ops = list(advised.grad_ops)
+    ops.append(make_op("Scale", ["x_grad"], ["x_grad"]))
+    ops[-1].arg.add(name="scale", f=2.0)
+    wrong = verify_net(_half_net(), ["z"], VerifyOptions(
+        inputs=inputs, mode="full", step=2.0**-8, rtol=2e-3), grad_ops=ops)
+    assert not wrong.report.passed
+
+
+def test_a_float64_net_gets_no_float16_warning() -> None:
+    net = caffe2_pb2.NetDef(name="t")
+    net.op.append(make_op("Tanh", ["x"], ["z"]))
+    res = verify_net(net, ["z"], VerifyOptions(
+        inputs=[InputSpec("x", tensor=TensorSpec([2], "float64", [0.1, 0.2]))]))
+    assert res.report.passed
+    assert not [d for d in res.diagnostics if d.code == "half_precision_blob"]
+
+
+# --- the first non-UTF-8 string of a binary body ------------------------------------------------
+def test_the_first_bad_string_of_a_binary_body_is_named() -> None:
+    net = caffe2_pb2.NetDef()
+    for i in range(4):
+        net.op.add(type="Relu", input=[f"x{i}"], output=[f"y{i}"])
+    req = netgrad_pb2.NetGradientRequest(net=net)
+    req.ys.add(blob="y3")
+    data = req.SerializeToString().replace(b"x2", b"\xff\xfe").replace(b"y3", b"\xff\xfd")
+    with pytest.raises(DecodeError) as info:
+        codec.from_binary(data, netgrad_pb2.NetGradientRequest)
+    (p,) = info.value.problems
+    assert (p.path, p.op_index, p.code) == ("net.op[2].input[0]", 2, "invalid_utf8")
+
+
+# --- kernel output count ------------------------------------------------------------------------
+def test_an_op_listing_more_outputs_than_its_kernel_computes_says_how_many() -> None:
+    net = caffe2_pb2.NetDef()
+    net.op.append(make_op("Relu", ["x"], ["y", "z"]))
+    import numpy as np
+
+    with pytest.raises(ExecutionError) as info:
+        execute(net, {"x": np.ones(2)})
+    assert "computes 1 output(s)" in info.value.message and "list at most 1" in info.value.message
+
+
+# --- CLI: a binary request file -----------------------------------------------------------------
+def test_the_cli_refuses_a_binary_request_file_with_the_fix(tmp_path: Path) -> None:
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.append(make_op("Relu", ["x"], ["y"]))
+    req = netgrad_pb2.NetGradientRequest(net=net)
+    req.ys.add(blob="y")
+    path = tmp_path / "req.pb"
+    path.write_bytes(req.SerializeToString())
+    with pytest.raises(DecodeError) as info:
+        load_net(path)
+    assert "holds a request message" in info.value.message
+    bare = tmp_path / "net.pb"
+    bare.write_bytes(net.SerializeToString())
+    assert load_net(bare) == net
+
+
+# --- /v1/jobs: depth-checked at submission in every encoding ------------------------------------
+def _deep(levels: int) -> caffe2_pb2.NetDef:
+    net = caffe2_pb2.NetDef()
+    net.op.append(make_op("Relu", ["x"], ["y"]))
+    for _ in range(levels):
+        op = make_op("Do", ["x"], ["y"])
+        arg = op.arg.add(name="net")
+        arg.n.CopyFrom(net)
+        net = caffe2_pb2.NetDef()
+        net.op.append(op)
+    return net
+
+
+@pytest.mark.parametrize("media", ["binary", "text", "json"])
+def test_a_job_nested_too_deep_is_refused_at_submission(client: TestClient, media: str) -> None:
+    req = netgrad_pb2.JobRequest()
+    req.run.net.CopyFrom(_deep(150))
+    req.run.fetch.append("y")
+    if media == "binary":
+        r = client.post("/v1/jobs", content=req.SerializeToString(), headers=B)
+    elif media == "text":
+        r = client.post("/v1/jobs", content=text_format.MessageToString(req), headers=T)
+    else:
+        from google.protobuf import json_format
+
+        r = client.post("/v1/jobs", content=json.dumps(json_format.MessageToDict(req)),
+                        headers=J)
+    assert r.status_code == 422, r.text
+    assert r.json()["type"].endswith("limit_exceeded")
+
+
+# --- an empty text body; an answer that cannot be JSON ------------------------------------------
+def test_an_empty_text_body_says_what_to_send(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content="", headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "net" and "the body is empty" in p["message"]
+    assert 'ys { blob: "<output blob>" }' in p["message"]
+
+
+def test_an_answer_that_cannot_be_json_has_its_own_code(client: TestClient) -> None:
+    req = netgrad_pb2.OpGradientRequest()
+    req.op.CopyFrom(caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"]))
+    req.op.arg.add(name="blob", s=b"\xff\xfe")
+    req.g_output.add(dense="y_grad")
+    r = client.post("/v1/gradients/op", content=req.SerializeToString(), headers=B)
+    assert r.status_code == 400, r.text
+    assert {p["code"] for p in r.json()["errors"]} == {"answer_not_json"}
