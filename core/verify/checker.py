@@ -327,11 +327,14 @@ def _unwritten(job: _Job, g: GradValue) -> str:
             "generation): the gradient op that writes it is missing, or lost that output")
 
 
-def _finish(rep: BlobReport, job: _Job, blob: str, note: str, kink_note: str) -> BlobReport:
+def _finish(rep: BlobReport, job: _Job, blob: str, note: str, kink_note: str,
+            shape: Sequence[int]) -> BlobReport:
     g = job.grad_map.get(blob)
     rep.gradient = ",".join(g) if isinstance(g, GradientSlice) else g
     rep.nondifferentiable = bool(kink_note)
-    notes = [n for n in (rep.note, note, kink_note if not rep.passed else "") if n]
+    empty = (f"the input has no elements (shape {list(shape)}): nothing of it was checked"
+             if math.prod(shape) == 0 else "")
+    notes = [n for n in (rep.note, note, empty, kink_note if not rep.passed else "") if n]
     rep.note = "; ".join(notes)
     return rep
 
@@ -349,6 +352,7 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
     with element_cap(limits):
         p = _prepare(job, limits, rng)
         reports: list[BlobReport] = []
+        analytic: list[np.ndarray] = []
         for blob in p.check:
             x = p.feeds[blob]
             a, note, failed = _analytic_or_report(p, job, blob)
@@ -366,10 +370,38 @@ def run_check(job: _Job) -> tuple[VerifyReport, list[Diagnostic]]:
                 rep = full_report(blob, x, a, num, opts.atol, opts.rtol)
             else:
                 rep = _fast(blob, x, a, loss_at, p.step, opts, rng)
-            reports.append(_finish(rep, job, blob, note, p.kink_note))
+            reports.append(_finish(rep, job, blob, note, p.kink_note, x.shape))
+            analytic.append(a)
     report = VerifyReport(all(r.passed for r in reports), opts.mode, p.step, opts.atol,
                           opts.rtol, reports)
-    return report, p.diagnostics
+    return report, p.diagnostics + vacuous_pass(reports, analytic)
+
+
+def vacuous_pass(reports: Sequence[BlobReport], analytic: Sequence[np.ndarray]
+                 ) -> list[Diagnostic]:
+    """A warning when the check passed only because every gradient it compared is 0.
+
+    The loss then does not vary with any checked input at these values (an empty batch, a
+    Relu whose inputs are all negative, an output that does not depend on the inputs): the
+    pass shows only that the gradient is 0 there (a nonzero one would fail; a maker wrong
+    at other values passes). :func:`core.verify.compare.blind_scale` leaves this case out.
+
+    Args:
+        reports: the blob reports of the check.
+        analytic: the analytic gradient of each blob that was compared (any shape).
+    """
+    if not reports or not all(r.passed for r in reports):
+        return []
+    if any(r.max_abs_error != 0 for r in reports) or any(np.any(a != 0) for a in analytic):
+        return []
+    names = ", ".join(r.blob for r in reports)
+    return [Diagnostic(
+        "warning", "vacuous_check",
+        f"every gradient compared ({names}) is exactly 0, analytic and numeric: the loss does "
+        "not vary with the checked inputs at these values (an empty batch, inputs where every "
+        "path is cut off), so the pass only shows the gradient is 0 here, and a gradient that "
+        "is wrong at other values would pass as well; give inputs the loss depends on",
+        blobs=tuple(r.blob for r in reports))]
 
 
 def full_numeric(x: np.ndarray, loss_at: Any, step: float, lo: int, hi: int) -> np.ndarray:

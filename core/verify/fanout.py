@@ -43,6 +43,7 @@ from core.verify.checker import (
     full_numeric,
     full_report,
     run_check,
+    vacuous_pass,
 )
 from core.verify.specs import BlobReport, VerifyReport, is_float_dtype
 
@@ -203,6 +204,7 @@ def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
     for (blob, _lo, _hi), part in zip(ranges, parts, strict=True):
         by_blob.setdefault(blob, []).append(part)
     reports: list[BlobReport] = []
+    analytic: list[np.ndarray] = []
     for b in plan.blobs:
         if b.failed is not None or b.analytic is None:
             if b.failed is not None:
@@ -212,10 +214,11 @@ def numeric(job: _Job, executor: object, *, progress: Progress | None = None,
                else np.zeros(0, dtype=np.float64))
         x = np.broadcast_to(np.float64(0.0), b.shape)  # shape only
         rep = full_report(b.blob, x, b.analytic, num, opts.atol, opts.rtol)
-        reports.append(_finish(rep, job, b.blob, b.note, plan.kink_note))
+        reports.append(_finish(rep, job, b.blob, b.note, plan.kink_note, b.shape))
+        analytic.append(b.analytic)
     report = VerifyReport(all(r.passed for r in reports), opts.mode, plan.step, opts.atol,
                           opts.rtol, reports)
-    return report, plan.diagnostics
+    return report, plan.diagnostics + vacuous_pass(reports, analytic)
 
 
 __all__ = ["FullPlan", "chunk_ranges", "chunk_size", "estimated_elements", "full_chunk", "numeric",

@@ -273,3 +273,47 @@ def test_an_answer_that_cannot_be_json_has_its_own_code(client: TestClient) -> N
     r = client.post("/v1/gradients/op", content=req.SerializeToString(), headers=B)
     assert r.status_code == 400, r.text
     assert {p["code"] for p in r.json()["errors"]} == {"answer_not_json"}
+
+
+# --- a pass where every gradient compared is 0 ---------------------------------------------------
+def _empty_batch_net() -> tuple[caffe2_pb2.NetDef, list[InputSpec]]:
+    net = caffe2_pb2.NetDef(name="empty")
+    net.op.extend([make_op("FC", ["data", "w", "b"], ["fc"]), make_op("Tanh", ["fc"], ["t"]),
+                   make_op("AveragedLoss", ["t"], ["loss"])])
+    inputs = [InputSpec("data", tensor=TensorSpec([0, 2], "float64", [])),
+              InputSpec("w", tensor=TensorSpec([3, 2], "float64", [0.1, 0.2, 0.3, 0.4, 0.5,
+                                                                    0.6])),
+              InputSpec("b", tensor=TensorSpec([3], "float64", [0.1, -0.2, 0.3]))]
+    return net, inputs
+
+
+@pytest.mark.parametrize("mode", ["fast", "full"])
+def test_an_empty_batch_pass_is_called_vacuous(mode: str) -> None:
+    net, inputs = _empty_batch_net()
+    res = verify_net(net, ["loss"], VerifyOptions(inputs=inputs, mode=mode))
+    assert res.report.passed
+    (warn,) = [d for d in res.diagnostics if d.code == "vacuous_check"]
+    assert set(warn.blobs) == {"data", "w", "b"}
+    (data,) = [b for b in res.report.blobs if b.blob == "data"]
+    assert data.note and "no elements (shape [0, 2])" in data.note
+
+
+@pytest.mark.parametrize("mode", ["fast", "full"])
+def test_a_batch_with_rows_is_not_vacuous(mode: str) -> None:
+    net, inputs = _empty_batch_net()
+    inputs[0] = InputSpec("data", tensor=TensorSpec([1, 2], "float64", [0.5, -0.5]))
+    res = verify_net(net, ["loss"], VerifyOptions(inputs=inputs, mode=mode))
+    assert res.report.passed
+    assert not [d for d in res.diagnostics if d.code == "vacuous_check"]
+
+
+def test_the_fanned_out_full_check_flags_a_vacuous_pass_too() -> None:
+    from core.executor.pool import WorkerPool
+    from core.verify import fanout
+
+    net, inputs = _empty_batch_net()
+    with WorkerPool(2) as pool:
+        res = verify_net(net, ["loss"], VerifyOptions(inputs=inputs, mode="full"), pool=pool,
+                         runner=lambda job: fanout.numeric(job, pool, min_elements=1))
+    assert res.report.passed
+    assert [d for d in res.diagnostics if d.code == "vacuous_check"]
