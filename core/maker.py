@@ -210,6 +210,11 @@ class GradientMaker:
         self.g_input[i] = GradientSlice(indices, values)
 
     # -- arguments -------------------------------------------------------------
+    @property
+    def read_args(self) -> list[Argument] | None:
+        """``op.arg[:]`` if :meth:`arg` has read it (the registry reuses it), else ``None``."""
+        return self._args
+
     def arg(self, name: str) -> Argument | None:
         """First forward argument called ``name``, or ``None``."""
         args = self._args

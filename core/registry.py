@@ -61,6 +61,7 @@ class GradientStatus(StrEnum):
 
 
 _GRADIENT = GradientStatus.GRADIENT  # (a module global: looked up once per op, hot path)
+_SAME_00 = (0, 0)  # the in-place pair input 0 -> output 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,25 +438,39 @@ def gradient_for_op_read(
         ops = maker(m)
         g_input, input_reads = m.g_input, m.input_reads
     else:
-        reason = e.schema.verify(op, input_names, output_names)
-        if reason is not None:
-            raise InvalidNetError(
-                f"(GradientMaker) Operator def did not pass schema checking: {reason}"
-            )
+        sch = e.schema
+        n_in, n_out = len(input_names), len(output_names)
+        allow = sch.allow_inplace
+        # (verify's common passing cases inlined: arity within bounds, and any in-place
+        # pairing allowed, or a single output that is no input or is the allowed x -> x)
+        if (n_in < sch.min_inputs or n_out < sch.min_outputs or 0 <= sch.max_inputs < n_in
+                or 0 <= sch.max_outputs < n_out or (allow is not True and (
+                    n_out != 1 or (output_names[0] in input_names and (
+                        n_in != 1 or allow is False or _SAME_00 not in allow))))):
+            reason = sch.verify(op, input_names, output_names)
+            if reason is not None:
+                raise InvalidNetError(
+                    f"(GradientMaker) Operator def did not pass schema checking: {reason}"
+                )
         tmpl = maker if type(maker) is GradTemplate else None
         built = tmpl.build(op_type, g_output, input_names, output_names) if tmpl else None
         if tmpl is not None and built is not None:  # a one-line maker, made directly
             gop, g_input, input_reads, ins, outs = built
             ops = [gop]
-            _mark_gradient_ops(op, e, ops)
-            if env is not None and not tmpl.reads_every_output_gradient(len(g_output)):
+            if ((e.copy_device_option and op.HasField("device_option"))
+                    or (e.copy_engine and op.HasField("engine"))
+                    or (e.copy_arguments and len(op.arg))):
+                _mark_gradient_ops(op, e, ops)
+            else:  # (its common case, inlined: only the mark)
+                gop.is_gradient_op = True
+            if env is not None and len(g_output) != tmpl.go_count:
                 warn_dropped(op_type, g_output, output_names, [ins], g_input, env)
             # (g_input has one dense name or None per input: the checks below hold)
             return ops, g_input, input_reads, [ins], [outs]
         m = GradientMaker(op, g_output, env, input_names, output_names, op_type)
         ops = maker(m)
         g_input, input_reads = m.g_input, m.input_reads
-        _mark_gradient_ops(op, e, ops)
+        _mark_gradient_ops(op, e, ops, m.read_args)
     op_ins: list[list[str]] = []
     op_outs: list[list[str]] = []
     for gop in ops:
@@ -480,14 +495,20 @@ def gradient_for_op_read(
     return ops, g_input, input_reads, op_ins, op_outs
 
 
-def _mark_gradient_ops(op: OperatorDef, e: OpEntry, ops: list[OperatorDef]) -> None:
+def _mark_gradient_ops(
+    op: OperatorDef, e: OpEntry, ops: list[OperatorDef], read_args: list[Argument] | None = None
+) -> None:
     """Mark a maker's ops as gradient ops and copy the forward op's device option, engine
-    and arguments into them, as the entry asks (Caffe2 ``GradientMakerBase::Get``)."""
+    and arguments into them, as the entry asks (Caffe2 ``GradientMakerBase::Get``).
+
+    ``read_args``: ``op.arg[:]`` when the maker already read it (``GradientMaker.read_args``).
+    """
     device = op.device_option if e.copy_device_option and op.HasField("device_option") else None
     engine = op.engine if e.copy_engine and op.HasField("engine") else None
     # (a list: extending from a list of the Argument messages is about twice as fast as
     # from the repeated field itself)
-    args = op.arg[:] if e.copy_arguments and len(op.arg) else None
+    args = None if not e.copy_arguments else (read_args or None) if read_args is not None else (
+        op.arg[:] if len(op.arg) else None)
     if device is None and engine is None and args is None:  # the common case: only the mark
         for g in ops:
             g.is_gradient_op = True

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, final
 
 from api_schemas import caffe2_pb2
-from core.maker import make_op
 from core.types import GradValue
 
 if TYPE_CHECKING:
@@ -92,6 +91,8 @@ class GradTemplate:
     _n_in: int
     _n_out: int
     _go: tuple[int, ...]
+    #: how many forward outputs' gradients the op reads (``reads_every_output_gradient``)
+    go_count: int
 
     def __init__(
         self, grad_type: str, inputs: Sequence[Ref], outputs: Sequence[int],
@@ -116,6 +117,7 @@ class GradTemplate:
             "_n_in": 1 + max([r.pos for r in refs if r.kind == "I"] + list(outs), default=-1),
             "_n_out": 1 + max([r.pos for r in refs if r.kind != "I"], default=-1),
             "_go": tuple(dict.fromkeys(r.pos for r in refs if r.kind == "GO")),
+            "go_count": len(dict.fromkeys(r.pos for r in refs if r.kind == "GO")),
             "__module__": module or sys._getframe(1).f_globals.get("__name__", __name__),
         }
         for name, value in fields.items():
@@ -141,7 +143,7 @@ class GradTemplate:
 
     def reads_every_output_gradient(self, n_outputs: int) -> bool:
         """Whether the op reads the gradient of each of ``n_outputs`` forward outputs."""
-        return len(self._go) == n_outputs
+        return self.go_count == n_outputs
 
     def __call__(self, m: GradientMaker) -> list[OperatorDef]:
         """The maker: ``m.make_op(type, [m.I(..)/m.O(..)/m.GO(..)], [m.GI(..)])``."""
@@ -177,12 +179,16 @@ def _compile(t: GradTemplate) -> Callable[..., Any]:
         lines.append(f"    if type(go{i}) is not str:")
         lines.append("        return None")
     names: list[str] = []
-    lines.append("    reads = []")
-    for kind, i in t.inputs:
+    # the I(i) reads before any O(i) are a list literal; later ones are appended in order
+    first_o = next((k for k, r in enumerate(t.inputs) if r.kind == "O"), len(t.inputs))
+    lead = [str(r.pos) for r in t.inputs[:first_o] if r.kind == "I"]
+    lines.append(f"    reads = [{', '.join(lead)}]")
+    for k, (kind, i) in enumerate(t.inputs):
         if kind == "GO":
             names.append(f"go{i}")
         elif kind == "I":
-            lines.append(f"    reads.append({i})")
+            if k > first_o:
+                lines.append(f"    reads.append({i})")
             names.append(f"input_names[{i}]")
         else:
             lines.append(f"    o{i} = output_names[{i}]")
@@ -203,13 +209,18 @@ def _compile(t: GradTemplate) -> Callable[..., Any]:
             )
         outs.append(f"gi{k}")
     lines.append(f"    outs = [{', '.join(outs)}]")
+    # core.maker.make_op(type, names, outs), inlined (one call less per op: a hot path)
+    lines.append("    op = OperatorDef()")
     if t._prefix is None:
-        lines.append("    op = make_op(grad_type, names, outs)")
+        lines.append("    op.type = grad_type")
     else:
-        lines.append("    op = make_op(prefix + op_type + suffix, names, outs)")
+        lines.append("    op.type = prefix + op_type + suffix")
+    lines.append("    op.name = ''")
+    lines.append("    op.input.extend(names)")
+    lines.append("    op.output.extend(outs)")
     lines.append("    return op, g_input, reads, names, outs")
-    scope: dict[str, Any] = {"make_op": make_op, "grad_type": t._suffix, "prefix": t._prefix,
-                             "suffix": t._suffix}
+    scope: dict[str, Any] = {"OperatorDef": OperatorDef, "grad_type": t._suffix,
+                             "prefix": t._prefix, "suffix": t._suffix}
     # Named, and kept in linecache, so that a traceback through ``build`` shows its lines.
     source = "\n".join(lines) + "\n"
     filename = f"<GradTemplate {t!r}>"

@@ -299,6 +299,8 @@ class BackwardPass(CopyOnWrite):
         with the gradient of the value it was fed.
         """
         erased = self._erased
+        if not erased:  # (the common case, as one comprehension)
+            return {k: g for k in self.frontier if (g := input_to_grad.get(k)) is not None}
         out: dict[str, GradValue] = {}
         for k in self.frontier:
             g = input_to_grad.get(k)

@@ -203,6 +203,8 @@ def after_pass(bp: Any, ys: Mapping[str, GradValue], grad_ops: Sequence[Operator
         GradientError: see :func:`check_generated_names`.
     """
     check_generated_names(bp.frontier, ys, grad_ops, seed_ops, control_types, bp._first_touch)
+    if not bp.hidden_writes:  # (most nets: no If/While writes undeclared blobs)
+        return
     slices = {n for g in input_to_grad.values() if isinstance(g, GradientSlice) for n in g}
     for mark, idx, names in bp.hidden_writes:
         hidden = set(names)

@@ -9,13 +9,13 @@ unchanged added to their inputs (:func:`core.ir.dataflow.with_implicit_inputs`, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from api_schemas import caffe2_pb2
 from core.errors import InvalidNetError
 from core.ir.dataflow import with_implicit_inputs
 from core.ir.env import GenEnv
-from core.registry import is_identity
+from core.registry import get_entry
 from core.types import Diagnostic
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -104,6 +104,8 @@ class ForwardSSA:
         op_outputs = self.op_outputs
         # one string object per op type (a net repeats a few types many times)
         type_names: dict[str, str] = {}
+        # op type -> its identity predicate (registry.register_identity) or None, read once
+        identities: dict[str, Callable[[OperatorDef], bool] | None] = {}
         for idx in range(len(ops)):
             op = ops[idx]
             op_type = op.type
@@ -149,10 +151,16 @@ class ForwardSSA:
                     if name not in ins:
                         blind_writers.add(idx)
                 frontier[name] = outs[name] = v
-            if op_in and op_out and op_in[0] == op_out[0] and is_identity(op, op_type):
-                name = op_out[0]
-                roots = self.value_roots.setdefault(name, {})
-                roots[outs[name]] = roots.get(ins[name], ins[name])
+            if op_in and op_out and op_in[0] == op_out[0]:
+                if op_type in identities:
+                    pred = identities[op_type]
+                else:
+                    e = get_entry(op_type)
+                    pred = identities[op_type] = None if e is None else e.identity
+                if pred is not None and pred(op):
+                    name = op_out[0]
+                    roots = self.value_roots.setdefault(name, {})
+                    roots[outs[name]] = roots.get(ins[name], ins[name])
             in_versions.append(ins)
             out_versions.append(outs)
 

@@ -335,7 +335,7 @@ def sum_(op: OperatorDef, inputs: list[Array]) -> list[Array]:
 @register_gradient("Sum", op_schema=schema((1, -1), 1, [(0, 0)]))
 def sum_grad(m: GradientMaker) -> list[OperatorDef]:
     """Pass-through: every input's gradient is ``dY`` itself (no op, spec §5.2)."""
-    for i in range(len(m.op.input)):
+    for i in range(len(m.input_names)):
         m.set_dense(i, m.GO(0))
     return []
 

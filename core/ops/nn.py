@@ -322,7 +322,7 @@ def conv_grad(m: GradientMaker) -> list[OperatorDef]:
     compute_dx = not m.arg_i("no_gradient_to_input", 0)
     gtype = m.op_type + "Gradient"
     ins = [m.I(0), m.I(1), m.GO(0)]
-    if len(m.op.input) == 3:
+    if len(m.input_names) == 3:
         outs = [m.GI(1), m.GI(2)] + ([m.GI(0)] if compute_dx else [])
         return [m.make_op(gtype, ins, outs)]
     outs = [m.GI(1)] + ([m.GI(0)] if compute_dx else [])
@@ -685,7 +685,7 @@ def spatial_bn_grad(m: GradientMaker) -> list[OperatorDef]:
             saved statistics output has a gradient (it would be dropped).
     """
     m.refuse_output_gradients([1, 2, 3, 4], "running/saved statistics")
-    n_in, n_out = len(m.op.input), len(m.op.output)
+    n_in, n_out = len(m.input_names), len(m.output_names)
     if m.arg_i("is_test", 0):
         if n_in != 5 or n_out != 1:
             raise GradientError(
