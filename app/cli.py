@@ -67,8 +67,9 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
         if _binary_request(data):
             raise DecodeError(f"{path}: {_REQUEST_FILE}", exc.problems) from exc
         raise
-    if len(net.op) and not any(op.type for op in net.op) and _binary_request(data):
-        # (a request's `net` reads as a NetDef's name, its `ys` as ops without a type)
+    if not any(op.type for op in net.op) and _binary_request(data):
+        # (a request's `net` reads as a NetDef's name, its `ys` or `inputs` as ops without
+        # a type, its `fetch` as the net's type)
         raise DecodeError(f"{path}: {_REQUEST_FILE}")
     return net
 
@@ -81,14 +82,22 @@ _REQUEST_FILE = (
 
 
 def _binary_request(data: bytes) -> bool:
-    """Whether binary ``data`` reads as a netgrad.v1 request whose ``net`` has typed ops."""
+    """Whether binary ``data`` reads as a netgrad.v1 request (gradients, verify, run or job)
+    whose net has typed ops."""
     from api_schemas import netgrad_pb2
 
-    try:
-        req = codec.from_binary(data, netgrad_pb2.NetGradientRequest)
-    except DecodeError:
-        return False
-    return any(op.type for op in req.net.op)
+    for cls in (netgrad_pb2.NetGradientRequest, netgrad_pb2.VerifyRequest,
+                netgrad_pb2.RunRequest, netgrad_pb2.JobRequest):
+        try:
+            req: Any = codec.from_binary(data, cls)
+        except DecodeError:
+            continue
+        if cls is netgrad_pb2.JobRequest:
+            kind = req.WhichOneof("job")
+            req = getattr(req, kind) if kind else None
+        if req is not None and any(op.type for op in req.net.op):
+            return True
+    return False
 
 
 def default_ys(net: caffe2_pb2.NetDef) -> list[str]:

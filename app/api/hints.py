@@ -423,7 +423,7 @@ def _append(p: Diagnostic, hint: str) -> Diagnostic:
 _SYNONYMS = {
     ("InputSpec", "name"): "blob",
     ("InputSpec", "value"): "tensor",
-    ("InputSpec", "data"): "tensor",
+    ("InputSpec", "data"): "tensor.data",
     ("GradientMapEntry", "name"): "blob",
     ("RandomSpec", "dims"): "shape",
     ("Tensor", "dims"): "shape",

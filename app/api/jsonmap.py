@@ -215,7 +215,8 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
         return _entries(f, opts, value, path, caffe2, problems)
     if f.is_repeated:
         if type(value) is not list:
-            raise _Invalid("invalid_field", path, "must be a JSON array" + _one_item(value))
+            raise _Invalid("invalid_field", path, "must be a JSON array"
+                           + ("" if f.message_type is not None else _one_item(value)))
         fast = _scalars(f, value)
         if fast is not None:
             return fast

@@ -44,20 +44,24 @@ _PATH_FIELDS = 20_000
 # -- decoding ------------------------------------------------------------------------------------
 
 
-def decode(body: Body, cls: type[M], max_depth: int) -> M:
-    """The request message of ``body`` (JSON or binary), nesting and all checked.
+def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None) -> M:
+    """The request message of ``body`` (JSON, text or binary), nesting and all checked.
+
+    ``max_ops``: a text or binary body with more ops than this is refused before anything
+    walks it (JSON bodies are counted as they arrive: ``app.api.admission``).
 
     Raises:
         DecodeError: malformed body, unknown field, wrong type, bad UTF-8, unset required
             field (every problem at once, with its field path).
-        LimitExceededError: sub-nets nested deeper than ``max_depth`` (named by their path).
+        LimitExceededError: sub-nets nested deeper than ``max_depth`` (named by their path);
+            ``too_many_ops`` (413).
     """
     if body.media is Media.JSON:
         return observability.request_ops(_decode_json(body, cls, max_depth))
     if body.media is Media.TEXT:
-        return observability.request_ops(_decode_text(body, cls, max_depth))
+        return observability.request_ops(_decode_text(body, cls, max_depth, max_ops))
     try:
-        decoded = codec.decode_binary(body.data, cls)
+        decoded = codec.decode_binary(body.data, cls, max_ops)
     except DecodeError as exc:
         if cls is netgrad_pb2.OpGradientRequest:
             misrouted.refuse_net_on_op(body.data, exc)
@@ -91,19 +95,23 @@ def decode(body: Body, cls: type[M], max_depth: int) -> M:
     return observability.request_ops(decoded.msg)
 
 
-def _decode_text(body: Body, cls: type[M], max_depth: int) -> M:
+def _decode_text(body: Body, cls: type[M], max_depth: int, max_ops: int | None) -> M:
     """A ``text/x-protobuf`` body: the request message in protobuf text format."""
+    if max_ops is not None:
+        limits.check_text_op_count(body.text or "", max_ops)
     try:
         msg = codec.from_text(body.text or "", cls)
     except DecodeError as exc:
         misrouted.refuse_bare_text(body.text or "", cls, exc)
         misrouted.refuse_json_as_text(body.text or "", exc)
         raise
+    if max_ops is not None:
+        limits.check_op_count(msg, max_ops)
     _check_net_depths(msg, max_depth)
     try:
         _check_required(msg, "")
     except DecodeError as exc:
-        if (body.text or "").strip():
+        if msg.ListFields():  # (a body of comments or blanks only is empty too)
             raise
         from app.api.hints import article, join_hint, text_example
 

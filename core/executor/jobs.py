@@ -81,6 +81,21 @@ def check_fetch_names(fetch: Sequence[str]) -> None:
         seen.add(name)
 
 
+def _nearest_blob(name: str, ws: Workspace) -> str:
+    """``; did you mean 'x'?`` for a fetch name the run did not produce: the all-ones seed
+    of ``y`` is ``y_autogen_grad`` (not ``y_grad``), else the closest blob name written."""
+    import difflib
+
+    names = [n for n, v in ws.items() if isinstance(v, np.ndarray)]
+    if name.endswith("_grad") and name[:-5] + "_autogen_grad" in names:
+        near: str | None = name[:-5] + "_autogen_grad"
+        why = " (the all-ones seed of a ys output without a given gradient)"
+    else:
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        near, why = (close[0] if close else None), ""
+    return f"; did you mean '{near}'{why}?" if near else ""
+
+
 def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> dict[str, np.ndarray]:
     """The ``fetch`` tensors of ``ws``, every missing one and the size cap checked at once.
 
@@ -100,7 +115,7 @@ def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> di
         if isinstance(value, WorkspaceStack):
             why = "holds a workspace stack, not a tensor"
         else:
-            why = "was not produced by the run (nor fed)"
+            why = "was not produced by the run (nor fed)" + _nearest_blob(name, ws)
         missing.append(
             Diagnostic(
                 "error", "fetch_not_produced", f"fetch[{k}]: blob '{name}' {why}",

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from google.protobuf import message, text_format
 
 from core.errors import DecodeError, LimitExceededError
-from core.proto import jsonmap, stack, twin
+from core.proto import jsonmap, limits, stack, twin
 
 M = TypeVar("M", bound=message.Message)
 
@@ -53,26 +53,31 @@ class Decoded(Generic[M]):
     nested: bool
 
 
-def decode_binary(data: bytes, cls: type[M]) -> Decoded[M]:
+def decode_binary(data: bytes, cls: type[M], max_ops: int | None = None) -> Decoded[M]:
     """Parse untrusted binary protobuf: well-formed, UTF-8 strings, required fields set.
 
     Parsing happens on a thread deep enough for upb's nesting limit (65 535 messages);
-    deeper bytes are a decode error.
+    deeper bytes are a decode error. ``max_ops``: refuse more top-level ops than this right
+    after parsing, before any check that walks the message
+    (:func:`core.proto.limits.check_op_count`).
 
     Raises:
         DecodeError: malformed or too deeply nested bytes, a string field that is not UTF-8
             (named), unset required fields (named), fields the schema does not define
             (code ``unknown_field``, each named).
+        LimitExceededError: ``too_many_ops``.
     """
-    return stack.call_deep(len(data), _decode, data, cls)
+    return stack.call_deep(len(data), _decode, data, cls, max_ops)
 
 
-def _decode(data: bytes, cls: type[M]) -> Decoded[M]:
+def _decode(data: bytes, cls: type[M], max_ops: int | None = None) -> Decoded[M]:
     msg = cls()
     try:
         msg.ParseFromString(data)
     except message.DecodeError as exc:
         raise DecodeError(f"invalid binary {cls.DESCRIPTOR.name}: {exc}") from exc
+    if max_ops is not None:
+        limits.check_op_count(msg, max_ops)
     checker = twin.twin(cls)()
     try:
         checker.ParseFromString(data)
@@ -189,40 +194,91 @@ def _check_utf8(msg: message.Message) -> None:
     a single op; its type unless that is the bad string). Only runs once the twin has found
     one, to say where.
 
+    "First" in field order, depth first: a message's own strings (by field number), then its
+    messages in order (``net.op[2]`` before ``net.op[5]``, the net before ``ys``), which is
+    body order for every encoder that writes fields in number order.
+
     Raises:
         DecodeError: naming the offending field.
     """
-    # Tasks in body order, depth first: ("m", message, path, innermost op's (index, type)
-    # or None) expands into its fields' tasks; ("s", values, path, op) checks one field's
-    # strings (a singular field's value comes as a one-item list).
-    stack_: list[tuple[str, Any, str, tuple[int, str | None] | None]] = [("m", msg, "", None)]
+    # (message, path, innermost op's (index, type) or None)
+    stack_: list[tuple[message.Message, str, tuple[int, str | None] | None]] = [(msg, "", None)]
     while stack_:
-        kind, cur, where, op = stack_.pop()
-        if kind == "s":  # (a repeated field's values are one task: no path per value)
-            bad = next((k for k, v in enumerate(cur) if isinstance(v, bytes)), None)
-            if bad is not None:
-                at = where if type(cur) is list else f"{where}[{bad}]"
-                raise DecodeError.at(
-                    f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
-                    "UTF-8", path=at, code="invalid_utf8",  # (as in JSON and text)
-                    op_index=op[0] if op else None, op_type=op[1] if op else None)
-            continue
-        tasks: list[tuple[str, Any, str, tuple[int, str | None] | None]] = []
+        cur, where, op = stack_.pop()
+        children: list[tuple[message.Message, str, tuple[int, str | None] | None]] = []
         for field, value in cur.ListFields():
             here = f"{where}.{field.name}" if where else field.name
             if field.type == _STRING:
-                tasks.append(("s", value if field.is_repeated else [value], here, op))
+                values = value if field.is_repeated else [value]
+                for k, v in enumerate(values):
+                    if isinstance(v, bytes):
+                        at = f"{here}[{k}]" if field.is_repeated else here
+                        raise DecodeError.at(
+                            f"{msg.DESCRIPTOR.name} field {at} holds bytes that are not valid "
+                            "UTF-8", path=at, code="invalid_utf8",  # (as in JSON and text)
+                            op_index=op[0] if op else None, op_type=op[1] if op else None)
             elif field.message_type is not None:
                 is_op = field.message_type.full_name == "caffe2.OperatorDef"
-                items: list[tuple[int | None, Any]] = (
-                    list(enumerate(value)) if field.is_repeated else [(None, value)])
-                for j, v in items:
-                    inner = op
-                    if is_op:
-                        t = v.type
-                        inner = (j or 0, t if isinstance(t, str) and t else None)
-                    tasks.append(("m", v, here if j is None else f"{here}[{j}]", inner))
-        stack_.extend(reversed(tasks))
+                if not field.is_repeated:
+                    t = value.type if is_op else None
+                    children.append((value, here, (0, t if isinstance(t, str) and t else None)
+                                     if is_op else op))
+                    continue
+                j = _first_bad_item(cur, field.name)
+                if j is not None:  # (the items before it are clean, those after come later)
+                    v = value[j]
+                    t = v.type if is_op else None
+                    children.append((v, f"{here}[{j}]", (j, t if isinstance(t, str) and t
+                                                         else None) if is_op else op))
+        stack_.extend(reversed(children))  # (popped in order)
+
+
+#: A repeated message field of at most this many items is searched item by item.
+_SCAN_ITEMS = 16
+
+
+def _first_bad_item(parent: message.Message, name: str) -> int | None:
+    """The index of the first item of repeated message field ``name`` of ``parent`` whose
+    strings are not all UTF-8, or ``None``.
+
+    Bisection in C: a copy of ``parent`` holding only that field is parsed by its checking
+    twin, then cut to the half holding the first bad item (``del`` of a slice), and so on;
+    about two copies of the items in all, not a Python walk over every op of a big net.
+    """
+    checker = twin.twin(type(parent))
+
+    def bad(m: message.Message) -> bool:
+        try:
+            checker().ParseFromString(m.SerializeToString())
+        except message.DecodeError:
+            return True
+        return False
+
+    probe = type(parent)()
+    probe.CopyFrom(parent)  # (in C; extending the field from `items` builds a wrapper each)
+    for f, _ in probe.ListFields():
+        if f.name != name:
+            probe.ClearField(f.name)
+    if not bad(probe):
+        return None
+    offset = 0
+    while len(getattr(probe, name)) > _SCAN_ITEMS:  # the first bad item is in probe
+        mid = len(getattr(probe, name)) // 2
+        head = type(parent)()
+        head.CopyFrom(probe)
+        del getattr(head, name)[mid:]
+        if bad(head):
+            probe = head
+        else:
+            del getattr(probe, name)[:mid]
+            offset += mid
+    left = getattr(probe, name)
+    for j in range(len(left)):
+        one = type(parent)()
+        getattr(one, name).add().CopyFrom(left[j])
+        if bad(one):
+            return offset + j
+    return None  # pragma: no cover - some item of a bad probe is bad
 
 
 def to_binary(msg: message.Message) -> bytes:

@@ -22,6 +22,7 @@ message says so without a walk (:mod:`core.proto.twin`), and JSON text without a
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -334,3 +335,61 @@ def wire_submessages(data: bytes, number: int, limit: int | None = None) -> list
     except WireTruncated:
         pass
     return out
+
+
+# -- op counts (before any walk) -------------------------------------------------------------
+_NET = caffe2_pb2.NetDef.DESCRIPTOR
+_OP = caffe2_pb2.OperatorDef.DESCRIPTOR
+#: An ``op`` field opening a message in text format (``op {``, ``op <``, ``op: {``).
+_TEXT_OP = re.compile(r'(?<![\w"])op\s*:?\s*[{<]')
+
+
+def too_many_ops(max_ops: int) -> LimitExceededError:
+    """The 413 problem of a request holding more than ``max_ops`` ops (as the JSON scan's)."""
+    return LimitExceededError.at(
+        f"the request holds more than {max_ops} ops (sub-nets included; NETGRAD_MAX_OPS)",
+        code="too_many_ops")
+
+
+def top_level_ops(msg: Any) -> int:
+    """The ops of every NetDef (and OperatorDef) field of ``msg`` and of its set netgrad.v1
+    message fields, sub-nets not counted: a lower bound of what the engine counts, read
+    without a walk over the ops (``len`` of a repeated field)."""
+    n = 0
+    for f, value in msg.ListFields():
+        if f.message_type is _NET:
+            n += sum(len(v.op) for v in value) if f.is_repeated else len(value.op)
+        elif f.message_type is _OP:
+            n += len(value) if f.is_repeated else 1
+        elif (f.message_type is not None and not f.is_repeated
+              and f.message_type.full_name.startswith("netgrad.v1.")):
+            n += top_level_ops(value)
+    return n
+
+
+def check_op_count(msg: Any, max_ops: int) -> None:
+    """Refuse a decoded request whose top-level ops alone pass ``max_ops``.
+
+    Raises:
+        LimitExceededError: code ``too_many_ops``.
+    """
+    if top_level_ops(msg) > max_ops:
+        raise too_many_ops(max_ops)
+
+
+def check_text_op_count(text: str, max_ops: int) -> None:
+    """Refuse a text-format body with more than ``max_ops`` ``op { ... }`` messages, before
+    the (pure-Python, about 30 µs per op) text parser reads it. A regular-expression count in
+    C; an ``op {`` inside a quoted string counts too (only a body of ``max_ops`` of them
+    could be refused for it), the list form ``op: [{...}, ...]`` counts once.
+
+    Raises:
+        LimitExceededError: code ``too_many_ops``.
+    """
+    if len(text) // 4 <= max_ops:  # (an op costs at least four characters: "op{}")
+        return
+    count = 0
+    for _ in _TEXT_OP.finditer(text):
+        count += 1
+        if count > max_ops:
+            raise too_many_ops(max_ops)

@@ -317,3 +317,96 @@ def test_the_fanned_out_full_check_flags_a_vacuous_pass_too() -> None:
                          runner=lambda job: fanout.numeric(job, pool, min_elements=1))
     assert res.report.passed
     assert [d for d in res.diagnostics if d.code == "vacuous_check"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bisecting_locator_names_the_first_bad_op_of_a_big_net(seed: int) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    n = rnd.choice([1, 17, 100, 1000])
+    bad = sorted(rnd.sample(range(n), min(n, rnd.choice([1, 2, 5]))))
+    net = caffe2_pb2.NetDef()
+    for i in range(n):
+        net.op.add(type="Relu", input=[f"in{i:05d}"], output=[f"out{i:05d}"])
+    data = net.SerializeToString()
+    for i in bad:  # (same length: the encoding stays well-formed)
+        field = rnd.choice([b"in", b"out"])
+        data = data.replace(field + f"{i:05d}".encode(), field + b"\xff" + f"{i:05d}".encode()[1:])
+    with pytest.raises(DecodeError) as info:
+        codec.from_binary(data, caffe2_pb2.NetDef)
+    (p,) = info.value.problems
+    assert p.op_index == bad[0] and p.path is not None and p.path.startswith(f"op[{bad[0]}].")
+
+
+# --- review of this stop: op counts, CLI request types, hints ------------------------------------
+def _many_ops_binary(n: int) -> bytes:
+    req = netgrad_pb2.NetGradientRequest()
+    for i in range(n):
+        req.net.op.append(make_op("Relu", [f"a{i}"], [f"a{i + 1}"]))
+    req.ys.add(blob=f"a{n}")
+    return req.SerializeToString()
+
+
+def test_binary_and_text_bodies_with_too_many_ops_are_a_quick_413() -> None:
+    with TestClient(create_app(Settings(workers=0, max_ops=50))) as c:
+        r = c.post("/v1/gradients/net", content=_many_ops_binary(51), headers=B)
+        assert r.status_code == 413, r.text
+        assert r.json()["errors"][0]["code"] == "too_many_ops"
+        text = "net { " + 'op { type: "Relu" input: "x" output: "x" } ' * 51 + '} ys { blob: "x" }'
+        r = c.post("/v1/gradients/net", content=text, headers=T)
+        assert r.status_code == 413 and r.json()["errors"][0]["code"] == "too_many_ops", r.text
+        r = c.post("/v1/gradients/net", content=_many_ops_binary(50), headers=B)
+        assert r.status_code == 200, r.text
+
+
+def test_the_engine_refuses_too_many_ops_before_reading_ys() -> None:
+    from core.api import gradient_for_net
+    from core.errors import LimitExceededError
+    from core.ir.env import GenLimits
+
+    net = caffe2_pb2.NetDef()
+    for i in range(11):
+        net.op.append(make_op("Relu", [f"a{i}"], [f"a{i + 1}"]))
+    with pytest.raises(LimitExceededError) as info:
+        gradient_for_net(net, ["nowhere"], limits=GenLimits(max_ops=10))
+    assert info.value.problems[0].code == "too_many_ops"
+
+
+@pytest.mark.parametrize("kind", ["run", "verify_init", "job"])
+def test_the_cli_names_other_binary_request_files(tmp_path: Path, kind: str) -> None:
+    net = caffe2_pb2.NetDef(name="n")
+    net.op.append(make_op("Relu", ["x"], ["y"]))
+    msg: object
+    if kind == "run":
+        msg = netgrad_pb2.RunRequest(net=net, fetch=["y"])
+    elif kind == "verify_init":
+        msg = netgrad_pb2.VerifyRequest(net=net, init_net=net)
+        msg.ys.add(blob="y")  # type: ignore[attr-defined]
+    else:
+        msg = netgrad_pb2.JobRequest(run=netgrad_pb2.RunRequest(net=net, fetch=["y"]))
+    path = tmp_path / "req.pb"
+    path.write_bytes(msg.SerializeToString())  # type: ignore[attr-defined]
+    with pytest.raises(DecodeError) as info:
+        load_net(path)
+    assert "holds a request message" in info.value.message
+
+
+def test_inputs_data_points_to_tensor_data(client: TestClient) -> None:
+    body = {"net": NET, "ys": ["y"], "verify": {"inputs": [{"blob": "x", "data": [1]}]}}
+    r = client.post("/v1/gradients/net", json=body)
+    assert r.status_code == 400, r.text
+    assert "did you mean `tensor.data`?" in _error(r)["message"]
+
+
+def test_a_list_of_messages_gets_no_scalar_list_hint(client: TestClient) -> None:
+    r = client.post("/v1/verify", json={"net": NET, "ys": ["y"], "inputs": "x"})
+    assert r.status_code == 400, r.text
+    assert '["x"]' not in _error(r)["message"]
+
+
+def test_fetching_y_grad_points_to_the_autogen_seed(client: TestClient) -> None:
+    r = client.post("/v1/run", json={"net": NET, "inputs": [X], "fetch": ["y_grad"],
+                                     "ys": ["y"]})
+    assert r.status_code == 422, r.text
+    assert "did you mean 'y_autogen_grad'" in _error(r)["message"]

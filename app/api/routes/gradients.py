@@ -32,7 +32,8 @@ async def gradient_of_op(request: Request) -> Response:
 
 
 def _gradient_of_op(body: Body, ctx: Context) -> Response:
-    req = wire.decode(body, netgrad_pb2.OpGradientRequest, ctx.limits.max_depth)
+    req = wire.decode(body, netgrad_pb2.OpGradientRequest, ctx.limits.max_depth,
+                       ctx.limits.max_ops)
     res = api.gradient_for_op(req.op, [wire.grad_value(g) for g in req.g_output], ctx.limits)
     return wire.respond(body, netgrad_pb2.OpGradientResponse(
         grad_ops=res.grad_ops,
@@ -56,7 +57,8 @@ async def gradient_of_net(request: Request) -> Response:
 
 
 def _gradient_of_net(body: Body, ctx: Context) -> Outcome:
-    req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth)
+    req = wire.decode(body, netgrad_pb2.NetGradientRequest, ctx.limits.max_depth,
+                       ctx.limits.max_ops)
     require_ys(req.ys)
     ys = wire.ys_value(req.ys)
     res = api.gradient_for_net(

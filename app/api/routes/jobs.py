@@ -155,7 +155,8 @@ async def submit_job(request: Request) -> Response:
     jobs = _jobs(request)
 
     def submit(body: Body, ctx: Context) -> Response:
-        req = wire.decode(body, netgrad_pb2.JobRequest, ctx.limits.max_depth)
+        req = wire.decode(body, netgrad_pb2.JobRequest, ctx.limits.max_depth,
+                           ctx.limits.max_ops)
         kind = req.WhichOneof("job")
         if kind is None:
             raise InvalidRequestError.at("give one of 'verify' or 'run'", path="job")

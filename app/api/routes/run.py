@@ -27,6 +27,7 @@ async def run_net(request: Request) -> Response:
 
 
 def _run(body: Body, ctx: Context) -> Response:
-    req = wire.decode(body, netgrad_pb2.RunRequest, ctx.limits.max_depth)
+    req = wire.decode(body, netgrad_pb2.RunRequest, ctx.limits.max_depth,
+                       ctx.limits.max_ops)
     res = run_in_pool(req, ctx.pool, ctx.settings.max_fetch_elements, ctx.limits)
     return wire.respond(body, run_response(res))  # (a /v1/jobs run job's answer too)

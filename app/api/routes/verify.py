@@ -29,6 +29,7 @@ async def verify_gradients(request: Request) -> Response:
 
 
 def _verify(body: Body, ctx: Context) -> Response:
-    req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth)
+    req = wire.decode(body, netgrad_pb2.VerifyRequest, ctx.limits.max_depth,
+                       ctx.limits.max_ops)
     require_ys(req.ys)
     return wire.respond(body, verify_answer(req, ctx.pool))  # (a /v1/jobs job's answer too)
