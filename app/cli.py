@@ -41,6 +41,9 @@ from core.types import Diagnostic, GradientSlice, GradValue
 def load_net(path: Path) -> caffe2_pb2.NetDef:
     """Read a NetDef from ``.pb``, ``.pbtxt``/``.txt`` or ``.json``.
 
+    A request body saved for the HTTP API (a NetGradientRequest, VerifyRequest, RunRequest,
+    JobRequest or OpGradientRequest) is refused with the route it belongs to.
+
     Raises:
         DecodeError: the file does not parse in the format its extension names.
         OSError: the file cannot be read.
@@ -54,50 +57,77 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
                 obj = json.loads(path.read_text(encoding="utf-8"))
             except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
                 raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
+            if isinstance(obj, dict) and "g_output" in obj:
+                raise DecodeError(f"{path}: {_request_file('OpGradientRequest')}")
             return codec.from_json_obj(obj, caffe2_pb2.NetDef)
     except DecodeError as exc:
-        if any(p.path == "net" and p.code == "unknown_field" for p in exc.problems):
-            raise DecodeError(  # (a request body saved for the HTTP API)
-                f"{exc.message}; {_REQUEST_FILE}", exc.problems) from exc
+        unknown = {p.path for p in exc.problems if p.code == "unknown_field"}
+        if "net" in unknown:  # (a request body saved for the HTTP API)
+            raise DecodeError(f"{exc.message}; {_request_file(None)}", exc.problems) from exc
+        if "g_output" in unknown:
+            raise DecodeError(f"{exc.message}; {_request_file('OpGradientRequest')}",
+                              exc.problems) from exc
         raise
     data = path.read_bytes()
     try:
         net = codec.from_binary(data, caffe2_pb2.NetDef)
     except DecodeError as exc:
-        if _binary_request(data):
-            raise DecodeError(f"{path}: {_REQUEST_FILE}", exc.problems) from exc
+        kind = _binary_request(data)
+        if kind is not None:
+            raise DecodeError(f"{path}: {_request_file(kind)}") from exc
         raise
-    if not any(op.type for op in net.op) and _binary_request(data):
+    if not any(op.type for op in net.op):
         # (a request's `net` reads as a NetDef's name, its `ys` or `inputs` as ops without
         # a type, its `fetch` as the net's type)
-        raise DecodeError(f"{path}: {_REQUEST_FILE}")
+        kind = _binary_request(data)
+        if kind is not None:
+            raise DecodeError(f"{path}: {_request_file(kind)}")
     return net
 
 
-_REQUEST_FILE = (
-    "the file holds a request message (with `net` and `ys`), and this command reads a bare "
-    "NetDef: keep only what is inside `net` and name the outputs with --ys, or POST the "
-    "whole file to the service (e.g. /v1/gradients/net or /v1/verify)"
-)
+#: The route of each request message.
+_ROUTES = {"NetGradientRequest": "/v1/gradients/net", "VerifyRequest": "/v1/verify",
+           "RunRequest": "/v1/run", "JobRequest": "/v1/jobs",
+           "OpGradientRequest": "/v1/gradients/op"}
 
 
-def _binary_request(data: bytes) -> bool:
-    """Whether binary ``data`` reads as a netgrad.v1 request (gradients, verify, run or job)
-    whose net has typed ops."""
+def _request_file(kind: str | None) -> str:
+    """What to do with a request message ``kind`` (``None``: a request with a ``net``) given
+    where this command reads a bare NetDef."""
+    if kind == "OpGradientRequest":
+        return ("the file holds an OpGradientRequest (one op and its g_output), and this "
+                "command reads a NetDef: POST the file to /v1/gradients/op, or write the op "
+                "into a NetDef file ({\"op\": [<the op>]}) and name its outputs with --ys")
+    what = f"a {kind}" if kind else "a request message (with `net`)"
+    where = (f"POST the whole file to {_ROUTES[kind]}" if kind else
+             "POST the whole file to its route (/v1/gradients/net, /v1/verify, /v1/run or "
+             "/v1/jobs)")
+    return (f"the file holds {what}, and this command reads a bare NetDef: keep only what "
+            f"is inside `net` (and name the outputs with --ys), or {where}")
+
+
+def _binary_request(data: bytes) -> str | None:
+    """The netgrad.v1 request message binary ``data`` reads as, with typed ops in its net
+    (or op), or ``None``."""
     from api_schemas import netgrad_pb2
 
     for cls in (netgrad_pb2.NetGradientRequest, netgrad_pb2.VerifyRequest,
-                netgrad_pb2.RunRequest, netgrad_pb2.JobRequest):
+                netgrad_pb2.RunRequest, netgrad_pb2.JobRequest, netgrad_pb2.OpGradientRequest):
         try:
             req: Any = codec.from_binary(data, cls)
         except DecodeError:
             continue
+        if cls is netgrad_pb2.OpGradientRequest:
+            if req.op.type:
+                return cls.DESCRIPTOR.name
+            continue
+        inner = req
         if cls is netgrad_pb2.JobRequest:
             kind = req.WhichOneof("job")
-            req = getattr(req, kind) if kind else None
-        if req is not None and any(op.type for op in req.net.op):
-            return True
-    return False
+            inner = getattr(req, kind) if kind else None
+        if inner is not None and any(op.type for op in inner.net.op):
+            return str(cls.DESCRIPTOR.name)
+    return None
 
 
 def default_ys(net: caffe2_pb2.NetDef) -> list[str]:

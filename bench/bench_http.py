@@ -11,8 +11,9 @@ Measured in one run, interleaved, medians:
   process (a separate process asked for one generation between the HTTP requests).
   Targets: binary ÷ in-process ≤ 1.5×, JSON ÷ binary ≤ 1.5×.
 * **Hostile bodies.** A net nested 150 sub-net levels deep (JSON and binary), 64 MiB of
-  invalid UTF-8 in a name (JSON and binary), and a binary message nested 100 000 levels
-  deep: the status, and the server CPU one refusal costs (reading the body included).
+  invalid UTF-8 in a name (JSON and binary), a binary message nested 100 000 levels
+  deep, 4 000 000 ops in binary (the last not UTF-8) and 500 000 ops in text format: the
+  status, and the server CPU one refusal costs (reading the body included).
   Target: ≤ 50 ms.
 
 ``--baseline DIR`` runs a second netgrad checkout (for example the last commit:
@@ -46,6 +47,7 @@ SHARED = ROOT.parent / "shared" / "realnets"
 NETS = ("model_zoo__resnet50__predict_net.pbtxt", "model_zoo__inception_v2__predict_net.pbtxt")
 PB = "application/protobuf"
 JSON = "application/json"
+TEXT = "text/x-protobuf"
 #: One uvicorn set-up for every server: the event loop and HTTP parser ``netgrad serve``
 #: uses (uvloop and httptools, netgrad's dependencies), spelled out, without uvicorn's
 #: access log. ``--http h11 --loop asyncio`` gives the figures of the pure-Python stack.
@@ -65,9 +67,19 @@ class Server:
     tree: Path
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far (every thread)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        """User + system CPU time so far of the server process (every thread) and of its
+        live descendants (the workers a large body's decoding may be handed to)."""
+        total, todo = 0, [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo.extend(int(c) for c in (task / "children").read_text().split())
+            except (OSError, ValueError):  # (a descendant that ended meanwhile)
+                continue
+        return total / CLK_TCK
 
 
 def _free_port() -> int:
@@ -176,6 +188,19 @@ def invalid_utf8_binary(total: int) -> bytes:
         if len(body) == total:
             return body
         n += total - len(body)
+
+
+def many_ops_binary(n: int, bad_last: bool = False) -> bytes:
+    """A binary request whose net holds ``n`` ops ``{type: "R"}`` (5 bytes each), and with
+    ``bad_last`` one more whose type is the byte 0xFF (invalid UTF-8 at the very end)."""
+    op = _ld(4, b"R")
+    net = _ld(2, op) * n + (_ld(2, _ld(4, b"\xff")) if bad_last else b"")
+    return _ld(1, net) + _ld(2, _ld(1, b"y"))
+
+
+def many_ops_text(n: int) -> bytes:
+    """A text-format request whose net holds ``n`` ops ``op { type: "R" }``."""
+    return b"net { " + b'op { type: "R" } ' * n + b'} ys { blob: "y" }'
 
 
 @dataclass
@@ -406,6 +431,9 @@ def main() -> None:
             ("JSON, 64 MiB of invalid UTF-8", invalid_utf8_json(64 * MIB), JSON),
             ("binary, 64 MiB of invalid UTF-8", invalid_utf8_binary(64 * MIB), PB),
             ("binary, 100 000 nested messages", nested_binary(33_334), PB),
+            ("binary, 4 000 000 ops (max_ops 200 000), the last not UTF-8",
+             many_ops_binary(4_000_000, bad_last=True), PB),
+            ("text, 500 000 ops", many_ops_text(500_000), TEXT),
         ]
         reps = 2 if ns.quick else 5
         for label, body, ctype in bodies:

@@ -428,6 +428,10 @@ _SYNONYMS = {
     ("RandomSpec", "dims"): "shape",
     ("Tensor", "dims"): "shape",
     ("Tensor", "values"): "data",
+    ("Tolerances", "abs"): "atol",
+    ("Tolerances", "rel"): "rtol",
+    ("Tolerances", "eps"): "step",
+    ("Tolerances", "delta"): "step",
 }
 
 

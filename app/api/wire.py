@@ -47,8 +47,9 @@ _PATH_FIELDS = 20_000
 def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None) -> M:
     """The request message of ``body`` (JSON, text or binary), nesting and all checked.
 
-    ``max_ops``: a text or binary body with more ops than this is refused before anything
-    walks it (JSON bodies are counted as they arrive: ``app.api.admission``).
+    ``max_ops``: a body with more ops than this (sub-nets included) is refused: text and
+    binary before anything walks their ops, large JSON bodies as they arrive
+    (``app.api.admission``), small ones once decoded.
 
     Raises:
         DecodeError: malformed body, unknown field, wrong type, bad UTF-8, unset required
@@ -57,7 +58,7 @@ def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None)
             ``too_many_ops`` (413).
     """
     if body.media is Media.JSON:
-        return observability.request_ops(_decode_json(body, cls, max_depth))
+        return observability.request_ops(_decode_json(body, cls, max_depth, max_ops))
     if body.media is Media.TEXT:
         return observability.request_ops(_decode_text(body, cls, max_depth, max_ops))
     try:
@@ -76,21 +77,17 @@ def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None)
         raise
     if isinstance(decoded.msg, netgrad_pb2.OpGradientRequest) and not decoded.msg.op.type:
         misrouted.refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
-    if decoded.nested:
-        _check_net_depths(decoded.msg, max_depth)
+    if decoded.nested:  # (sub-nets: their depth, and their ops against max_ops)
+        budget = (None if max_ops is None
+                  else limits.OpBudget(max_ops, limits.top_level_ops(decoded.msg)))
+        _check_net_depths(decoded.msg, max_depth, budget)
     try:
         _check_required(decoded.msg, "")
     except DecodeError as exc:
         misrouted.refuse_bare_message(body.data, cls, exc)
         if not body.data:  # (an empty body is an empty message: say so, keep the paths)
-            from app.api.hints import article, join_hint
-
-            name = cls.DESCRIPTOR.name
-            empty = (f"the body is empty: send {article(name)} {name} in binary protobuf (or "
-                     "as JSON with Content-Type application/json; see GET /docs)")
-            raise DecodeError(join_hint(exc.message, empty), [
-                dataclasses.replace(p, message=join_hint(p.message, empty))
-                for p in exc.problems]) from exc
+            raise _empty_body(exc, cls, "in binary protobuf (or as JSON with Content-Type "
+                              "application/json; see GET /docs)") from exc
         raise
     return observability.request_ops(decoded.msg)
 
@@ -105,39 +102,50 @@ def _decode_text(body: Body, cls: type[M], max_depth: int, max_ops: int | None) 
         misrouted.refuse_bare_text(body.text or "", cls, exc)
         misrouted.refuse_json_as_text(body.text or "", exc)
         raise
+    budget = None
     if max_ops is not None:
         limits.check_op_count(msg, max_ops)
-    _check_net_depths(msg, max_depth)
+        budget = limits.OpBudget(max_ops, limits.top_level_ops(msg))
+    _check_net_depths(msg, max_depth, budget)
     try:
         _check_required(msg, "")
     except DecodeError as exc:
         if msg.ListFields():  # (a body of comments or blanks only is empty too)
             raise
-        from app.api.hints import article, join_hint, text_example
+        from app.api.hints import text_example
 
-        name = cls.DESCRIPTOR.name
-        empty = (f"the body is empty: send {article(name)} {name} in text format, e.g. "
-                 f"{text_example(name)}")
-        raise DecodeError(join_hint(exc.message, empty), [
-            dataclasses.replace(p, message=join_hint(p.message, empty))
-            for p in exc.problems]) from exc
+        raise _empty_body(exc, cls, "in text format, e.g. "
+                          + text_example(cls.DESCRIPTOR.name)) from exc
     return msg
 
 
-def _check_net_depths(msg: message.Message, max_depth: int) -> None:
+def _empty_body(exc: DecodeError, cls: type[message.Message], how: str) -> DecodeError:
+    """``exc`` (the required fields an empty body lacks) with "the body is empty: send a
+    <message> <how>" after each problem, the paths kept."""
+    from app.api.hints import article, join_hint
+
+    name = cls.DESCRIPTOR.name
+    empty = f"the body is empty: send {article(name)} {name} {how}"
+    return DecodeError(join_hint(exc.message, empty), [
+        dataclasses.replace(p, message=join_hint(p.message, empty)) for p in exc.problems])
+
+
+def _check_net_depths(msg: message.Message, max_depth: int,
+                      budget: limits.OpBudget | None = None) -> None:
     """Depth-check every NetDef / OperatorDef field of ``msg``, also those inside its set
-    netgrad.v1 message fields (a JobRequest's ``run.net``, ``verify.init_net``).
+    netgrad.v1 message fields (a JobRequest's ``run.net``, ``verify.init_net``), counting
+    the ops of their sub-nets against ``budget``.
 
     Raises:
-        LimitExceededError: sub-nets nested deeper than ``max_depth``.
+        LimitExceededError: sub-nets nested deeper than ``max_depth``; ``too_many_ops``.
     """
     for f, value in msg.ListFields():
         if f.message_type in _NET_TYPES:
             for net in value if f.is_repeated else [value]:
-                limits.check_depth(net, max_depth)
+                limits.check_depth(net, max_depth, budget)
         elif (f.message_type is not None and not f.is_repeated
               and f.message_type.full_name.startswith("netgrad.v1.")):
-            _check_net_depths(value, max_depth)
+            _check_net_depths(value, max_depth, budget)
 
 
 class _DuplicateKey(Exception):
@@ -170,7 +178,7 @@ def _parses_as(text: str, cls: type[M]) -> bool:
     return True
 
 
-def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
+def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None) -> M:
     text = body.text or ""
     if not text.strip():
         from app.api.hints import article
@@ -260,7 +268,12 @@ def _decode_json(body: Body, cls: type[M], max_depth: int) -> M:
                                  code="invalid_field" if shape else "invalid_message",
                                  **(at if is_op else {})) from exc
 
-    return jsonmap.decode(obj, cls, caffe2)
+    msg = jsonmap.decode(obj, cls, caffe2)
+    if max_ops is not None:  # (a large body was counted as it arrived; a small one was not)
+        limits.check_op_count(msg, max_ops)
+        if may_nest:
+            _check_net_depths(msg, max_depth, limits.OpBudget(max_ops, limits.top_level_ops(msg)))
+    return msg
 
 
 @cache

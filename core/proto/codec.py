@@ -339,11 +339,11 @@ def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
         msg += _misplaced_hint(cls, found["type"], found["name"], path)
     if found and path is not None:  # (the path names the unknown key, as JSON's does)
         path = f"{path}.{found['name']}" if path else found["name"]
-    if not path and text.endswith('Expected "{".') and source and line and column:
-        field, example = _scalar_for_message(source, cls, line, column)
+    if text.endswith('Expected "{".') and source and line and column and path is not None:
+        field, example = _scalar_for_message(source, cls, line, column, top=not path)
         if field is not None:
             msg = msg.rstrip(".") + f"; {field} holds a message, not a bare value: write {example}"
-            path = field
+            path = f"{path}.{field}" if path else field
     path = path or None  # ("": the top level; None: not found)
     return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
 
@@ -379,16 +379,21 @@ _TEXT_EXAMPLES = {
           'ys { blob: "y" gradient { dense: "y_grad" } }',
     "g_output": 'g_output { dense: "y_grad" } for each output of the op, in order '
                 "(g_output { } for an output without a gradient)",
+    "gradient": 'gradient { dense: "y_grad" } (or gradient { slice { indices: "i" values: '
+                '"v" } })',
 }
 
 
-def _scalar_for_message(text: str, cls: type[message.Message], line: int, column: int
-                        ) -> tuple[str | None, str]:
-    """The top-level message field of ``cls`` given a bare value at ``line:column`` (the
-    parser expected ``{``), e.g. ``ys: "y"``, and how to write it instead."""
+def _scalar_for_message(text: str, cls: type[message.Message], line: int, column: int,
+                        top: bool = True) -> tuple[str | None, str]:
+    """The message field given a bare value at ``line:column`` (the parser expected ``{``),
+    e.g. ``ys: "y"``, and how to write it instead: a top-level field of ``cls`` (``top``), or
+    deeper down one of :data:`_TEXT_EXAMPLES` (``ys { gradient: "g" }``)."""
     lines = text.split("\n")
     before = lines[line - 1][:column - 1] if 0 < line <= len(lines) else ""
     m = re.search(r"(\w+)\s*:?\s*\[?\s*\Z", before)  # (also the list form, ys: ["y"])
+    if m is not None and not top:
+        return (m[1], _TEXT_EXAMPLES[m[1]]) if m[1] in _TEXT_EXAMPLES else (None, "")
     f = cls.DESCRIPTOR.fields_by_name.get(m[1]) if m else None
     if f is None or f.message_type is None:
         return None, ""

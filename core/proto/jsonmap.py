@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import difflib
+import json
 import re
 from collections.abc import Callable
 from functools import cache
@@ -296,6 +297,17 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     want = "a JSON array" if field.is_repeated and not path.endswith("]") else _wanted(field)
     head = f"{path}: expected {want}" if want else path
     refused = _REFUSED_VALUE.match(reason)
+    if refused is not None and want == "a JSON array":  # (json_format shows a Python repr)
+        value = refused["value"]  # (a string unquoted, an object as a Python dict)
+        got, one = ("an object", "[{...}]") if value[:1] == "{" else (value[:200], "[...]")
+        if value[:1] != "{" and len(value) <= 40:
+            try:
+                float(value)
+                one = f"[{value}]"
+            except ValueError:
+                one = json.dumps([value])
+        return DecodeError.at(f"{head}, got {got}; for one value, a list of it: {one}",
+                              path=path, code="invalid_field")
     if refused is not None:  # the value, not how the parser failed on it
         return DecodeError.at(f"{head}, got {refused['value'][:200]}", path=path,
                               code="invalid_field")

@@ -50,17 +50,21 @@ def _check_nesting(
     start: list[Child],
     children: Callable[[Any, str], Iterable[Child]],
     max_depth: int,
+    visit: Callable[[Any], None] | None = None,
 ) -> None:
     """Depth-first walk of sub-nets from ``start`` (level 1); raise at the first too deep.
 
     ``children(node, prefix)`` yields ``(sub-net, path, op index, op type)`` for the sub-nets
-    of one net, whatever its form (decoded message, JSON object, wire bytes).
+    of one net, whatever its form (decoded message, JSON object, wire bytes); ``visit`` is
+    called with each sub-net reached (e.g. to count its ops).
     """
     stack = [(node, path, idx, typ, 1) for node, path, idx, typ in reversed(start)]
     while stack:
         node, path, idx, typ, depth = stack.pop()
         if depth > max_depth:
             raise _too_deep(path, idx, typ, max_depth)
+        if visit is not None:
+            visit(node)
         below = list(children(node, path + "/"))
         stack.extend((n, p, i, t, depth + 1) for n, p, i, t in reversed(below))
 
@@ -104,22 +108,44 @@ def _op_children(
             yield sub, f"{op_path}/{arg.name}[{k}]", index, op.type
 
 
-def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int) -> None:
+class OpBudget:
+    """The ops a request may still hold (``max_ops`` less those counted so far).
+
+    Raises (:meth:`take`):
+        LimitExceededError: code ``too_many_ops``.
+    """
+
+    def __init__(self, max_ops: int, counted: int = 0) -> None:
+        self.max_ops = max_ops
+        self.left = max_ops - counted
+
+    def take(self, net: Any) -> None:
+        """Count the ops of sub-net ``net`` (a decoded NetDef)."""
+        self.left -= len(net.op)
+        if self.left < 0:
+            raise too_many_ops(self.max_ops)
+
+
+def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int,
+                budget: OpBudget | None = None) -> None:
     """Refuse a NetDef or OperatorDef whose sub-nets nest deeper than ``max_depth``.
 
     Args:
         msg: a decoded NetDef, or one OperatorDef (then treated as ``op[0]`` of a net).
         max_depth: deepest allowed sub-net level (top level = 0).
+        budget: count every sub-net's ops against it on the way (its top-level ops are
+            counted by the caller), as the JSON scan counts them.
 
     Raises:
         LimitExceededError: code ``nesting_too_deep``, located at the first too-deep sub-net
-            (depth-first, in op and argument order), e.g. ``op[3]:If/then_net/op[0]:Do/net``.
+            (depth-first, in op and argument order), e.g. ``op[3]:If/then_net/op[0]:Do/net``;
+            code ``too_many_ops`` when the budget runs out.
     """
     if isinstance(msg, caffe2_pb2.OperatorDef):
         start = list(_op_children(msg, 0, f"op[0]:{msg.type}"))
     else:
         start = list(_msg_children(msg, ""))
-    _check_nesting(start, _msg_children, max_depth)
+    _check_nesting(start, _msg_children, max_depth, budget.take if budget else None)
 
 
 # -- JSON objects (before decoding) ----------------------------------------------------------

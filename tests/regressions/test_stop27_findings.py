@@ -219,7 +219,8 @@ def test_the_cli_refuses_a_binary_request_file_with_the_fix(tmp_path: Path) -> N
     path.write_bytes(req.SerializeToString())
     with pytest.raises(DecodeError) as info:
         load_net(path)
-    assert "holds a request message" in info.value.message
+    assert "holds a NetGradientRequest" in info.value.message
+    assert "/v1/gradients/net" in info.value.message
     bare = tmp_path / "net.pb"
     bare.write_bytes(net.SerializeToString())
     assert load_net(bare) == net
@@ -389,7 +390,28 @@ def test_the_cli_names_other_binary_request_files(tmp_path: Path, kind: str) -> 
     path.write_bytes(msg.SerializeToString())  # type: ignore[attr-defined]
     with pytest.raises(DecodeError) as info:
         load_net(path)
-    assert "holds a request message" in info.value.message
+    name = {"run": "RunRequest", "verify_init": "VerifyRequest", "job": "JobRequest"}[kind]
+    route = {"run": "/v1/run", "verify_init": "/v1/verify", "job": "/v1/jobs"}[kind]
+    assert f"holds a {name}" in info.value.message and route in info.value.message
+    assert not info.value.problems or "num_workers" not in info.value.problems[0].message
+
+
+@pytest.mark.parametrize("suffix", [".pb", ".pbtxt", ".json"])
+def test_the_cli_names_an_op_gradient_request_file(tmp_path: Path, suffix: str) -> None:
+    from google.protobuf import json_format
+
+    req = netgrad_pb2.OpGradientRequest(op=make_op("Relu", ["x"], ["y"]))
+    req.g_output.add(dense="y_grad")
+    path = tmp_path / f"req{suffix}"
+    if suffix == ".pb":
+        path.write_bytes(req.SerializeToString())
+    elif suffix == ".pbtxt":
+        path.write_text(text_format.MessageToString(req))
+    else:
+        path.write_text(json_format.MessageToJson(req, preserving_proto_field_name=True))
+    with pytest.raises(DecodeError) as info:
+        load_net(path)
+    assert "OpGradientRequest" in info.value.message and "/v1/gradients/op" in info.value.message
 
 
 def test_inputs_data_points_to_tensor_data(client: TestClient) -> None:
@@ -410,3 +432,72 @@ def test_fetching_y_grad_points_to_the_autogen_seed(client: TestClient) -> None:
                                      "ys": ["y"]})
     assert r.status_code == 422, r.text
     assert "did you mean 'y_autogen_grad'" in _error(r)["message"]
+
+
+def _do_request(per_net: int) -> netgrad_pb2.NetGradientRequest:
+    req = netgrad_pb2.NetGradientRequest()
+    for k in range(2):
+        sub = caffe2_pb2.NetDef()
+        for i in range(per_net):
+            sub.op.append(make_op("Relu", [f"a{i}"], [f"a{i + 1}"]))
+        do = make_op("Do", [f"x{k}"], [f"o{k}"])
+        do.arg.add(name="net").n.CopyFrom(sub)
+        req.net.op.append(do)
+    req.ys.add(blob="o1")
+    return req
+
+
+@pytest.mark.parametrize("media", ["binary", "text", "json"])
+def test_sub_net_ops_count_against_max_ops_in_every_encoding(media: str) -> None:
+    from google.protobuf import json_format
+
+    def send(c: TestClient, req: netgrad_pb2.NetGradientRequest) -> object:
+        if media == "binary":
+            return c.post("/v1/gradients/net", content=req.SerializeToString(), headers=B)
+        if media == "text":
+            return c.post("/v1/gradients/net", content=text_format.MessageToString(req),
+                          headers=T)
+        body = json_format.MessageToDict(req, preserving_proto_field_name=True)
+        body["ys"] = [e["blob"] for e in body["ys"]]  # (JSON's list form)
+        return c.post("/v1/gradients/net", json=body)
+
+    with TestClient(create_app(Settings(workers=0, max_ops=50))) as c:
+        r = send(c, _do_request(25))  # 2 + 50 ops
+        assert r.status_code == 413, r.text  # type: ignore[attr-defined]
+        assert r.json()["errors"][0]["code"] == "too_many_ops"  # type: ignore[attr-defined]
+        r = send(c, _do_request(24))  # 2 + 48 ops: past the count (another 4xx or a 200)
+        assert r.status_code != 413, r.text  # type: ignore[attr-defined]
+
+
+# --- walkthrough of this stop: more hints ---------------------------------------------------------
+def test_a_gradient_given_as_a_bare_value_in_text_gets_the_message_form(client: TestClient) -> None:
+    r = client.post("/v1/gradients/net", content=f'{TNET} ys {{ blob: "y" gradient: "g" }}',
+                    headers=T)
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "ys[0].gradient" and 'gradient { dense: "y_grad" }' in p["message"], p
+
+
+def test_tolerance_synonyms(client: TestClient) -> None:
+    r = client.post("/v1/verify", json={"net": NET, "ys": ["y"], "inputs": [X],
+                                        "tolerances": {"abs": 1e-3}})
+    assert r.status_code == 400 and "did you mean `atol`?" in _error(r)["message"], r.text
+
+
+@pytest.mark.parametrize(("op", "shown"), [
+    ({"type": "Relu", "input": ["x"], "output": ["y"]}, "[{...}]"),
+])
+def test_one_op_where_the_op_list_goes_says_to_wrap_it(client: TestClient, op: dict,
+                                                        shown: str) -> None:
+    r = client.post("/v1/gradients/net", json={"net": {"op": op}, "ys": ["y"]})
+    assert r.status_code == 400, r.text
+    p = _error(r)
+    assert p["path"] == "net.op" and "got an object" in p["message"] and shown in p["message"]
+    assert "{'" not in p["message"]  # (no Python repr)
+
+
+def test_one_input_name_where_the_list_goes_is_shown_as_a_list(client: TestClient) -> None:
+    net = {"op": [{"type": "Relu", "input": "x", "output": ["y"]}]}
+    r = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
+    assert r.status_code == 400, r.text
+    assert '["x"]' in _error(r)["message"]
