@@ -20,7 +20,8 @@ Measured in one run, interleaved, medians:
 ``mkdir /tmp/base && git archive HEAD | tar -x -C /tmp/base``) through the same
 measurements, interleaved with this one, so "before" and "after" come from one run.
 
-Run from the repository root: ``python -m bench.bench_http [--baseline DIR] [--quick]``.
+Run from the repository root: ``python -m bench.bench_http [--baseline DIR] [--quick]
+[--only hostile]``.
 Needs ``../shared/realnets`` for the real nets (skipped without it).
 """
 
@@ -67,14 +68,17 @@ class Server:
     tree: Path
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time so far of the server process (every thread) and of its
-        live descendants (the workers a large body's decoding may be handed to)."""
+        """User + system CPU time so far of the server process (every thread), of its
+        children it has waited for, and of its live descendants (the workers a large body's
+        decoding may be handed to)."""
         total, todo = 0, [self.proc.pid]
         while todo:
             pid = todo.pop()
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 total += int(fields[11]) + int(fields[12])
+                if pid == self.proc.pid:  # (cutime, cstime: ended children, once reaped)
+                    total += int(fields[13]) + int(fields[14])
                 for task in Path(f"/proc/{pid}/task").iterdir():
                     todo.extend(int(c) for c in (task / "children").read_text().split())
             except (OSError, ValueError):  # (a descendant that ended meanwhile)
@@ -351,6 +355,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a second netgrad checkout to compare")
     parser.add_argument("--quick", action="store_true", help="fewer and shorter rounds")
+    parser.add_argument("--only", choices=("all", "hostile"), default="all",
+                        help="every measurement, or the hostile bodies alone")
     parser.add_argument("--stack", choices=("c", "python"), default="c",
                         help="uvicorn's uvloop + httptools (netgrad serve's), or asyncio + h11")
     ns = parser.parse_args()
@@ -375,22 +381,24 @@ def main() -> None:
               f"{rounds} rounds, medians; uvicorn {' '.join(UVICORN[2:6])}.\n")
 
         # 1. Small requests: throughput against the echo, interleaved round by round.
-        rates: dict[str, list[float]] = {s.name: [] for s in [echo, *servers]}
-        for _ in range(rounds):
-            rates["echo"].append(throughput(echo.url, "/echo", do_body, seconds))
+        if ns.only == "all":
+            rates: dict[str, list[float]] = {s.name: [] for s in [echo, *servers]}
+            for _ in range(rounds):
+                rates["echo"].append(throughput(echo.url, "/echo", do_body, seconds))
+                for s in servers:
+                    rates[s.name].append(throughput(s.url, "/v1/gradients/op", do_body, seconds))
+            echo_rate = statistics.median(rates["echo"])
+            print("## Small Do-op request, 8 concurrent keep-alive clients\n")
+            print("| server | req/s | ÷ echo |")
+            print("|---|---:|---:|")
+            print(f"| FastAPI echo of the same body | {echo_rate:.0f} | 1.00× |")
             for s in servers:
-                rates[s.name].append(throughput(s.url, "/v1/gradients/op", do_body, seconds))
-        echo_rate = statistics.median(rates["echo"])
-        print("## Small Do-op request, 8 concurrent keep-alive clients\n")
-        print("| server | req/s | ÷ echo |")
-        print("|---|---:|---:|")
-        print(f"| FastAPI echo of the same body | {echo_rate:.0f} | 1.00× |")
-        for s in servers:
-            rate = statistics.median(rates[s.name])
-            print(f"| {s.name} `POST /v1/gradients/op` | {rate:.0f} | {rate / echo_rate:.2f}× |")
+                rate = statistics.median(rates[s.name])
+                print(f"| {s.name} `POST /v1/gradients/op` | {rate:.0f} "
+                      f"| {rate / echo_rate:.2f}× |")
 
         # 2. Real nets: binary and JSON end to end against in-process generation, interleaved.
-        if nets:
+        if nets and ns.only == "all":
             print("\n## Real nets: `POST /v1/gradients/net` end to end\n")
             print("| server | net | in-process ms | binary ms | JSON ms | binary ÷ in-process "
                   "| JSON ÷ binary |")
