@@ -51,7 +51,12 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     suffix = path.suffix.lower()
     try:
         if suffix in (".pbtxt", ".txt", ".prototxt"):
-            return codec.from_text(path.read_text(encoding="utf-8"), caffe2_pb2.NetDef)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecodeError(f"{path}: not UTF-8 text ({exc}); a binary NetDef needs "
+                                  "the .pb extension") from exc
+            return codec.from_text(text, caffe2_pb2.NetDef)
         if suffix == ".json":
             try:
                 obj = json.loads(path.read_text(encoding="utf-8"))

@@ -81,12 +81,12 @@ def check_fetch_names(fetch: Sequence[str]) -> None:
         seen.add(name)
 
 
-def _nearest_blob(name: str, ws: Workspace) -> str:
+def _nearest_blob(name: str, names: list[str]) -> str:
     """``; did you mean 'x'?`` for a fetch name the run did not produce: the all-ones seed
-    of ``y`` is ``y_autogen_grad`` (not ``y_grad``), else the closest blob name written."""
+    of ``y`` is ``y_autogen_grad`` (not ``y_grad``), else the closest of the blob ``names``
+    written."""
     import difflib
 
-    names = [n for n, v in ws.items() if isinstance(v, np.ndarray)]
     if name.endswith("_grad") and name[:-5] + "_autogen_grad" in names:
         near: str | None = name[:-5] + "_autogen_grad"
         why = " (the all-ones seed of a ys output without a given gradient)"
@@ -107,6 +107,7 @@ def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> di
     """
     missing: list[Diagnostic] = []
     out: dict[str, np.ndarray] = {}
+    names: list[str] | None = None  # (written blobs, listed once for the first misses)
     for k, name in enumerate(fetch):
         value = ws.get_or_unset(name)
         if isinstance(value, np.ndarray):
@@ -115,7 +116,11 @@ def _fetched(ws: Workspace, fetch: Sequence[str], max_fetch_elements: int) -> di
         if isinstance(value, WorkspaceStack):
             why = "holds a workspace stack, not a tensor"
         else:
-            why = "was not produced by the run (nor fed)" + _nearest_blob(name, ws)
+            why = "was not produced by the run (nor fed)"
+            if len(missing) < 5:
+                if names is None:
+                    names = [n for n, v in ws.items() if isinstance(v, np.ndarray)]
+                why += _nearest_blob(name, names)
         missing.append(
             Diagnostic(
                 "error", "fetch_not_produced", f"fetch[{k}]: blob '{name}' {why}",

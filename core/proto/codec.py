@@ -224,8 +224,11 @@ def _check_utf8(msg: message.Message) -> None:
                     children.append((value, here, (0, t if isinstance(t, str) and t else None)
                                      if is_op else op))
                     continue
-                j = _first_bad_item(cur, field.name)
-                if j is not None:  # (the items before it are clean, those after come later)
+                # A long list is bisected in C; a short one is walked (bisecting every level
+                # of a deep chain of sub-nets would copy its subtree once per level).
+                found = (range(len(value)) if len(value) <= _SCAN_ITEMS else
+                         [j for j in [_first_bad_item(cur, field.name)] if j is not None])
+                for j in found:  # (before a bad one all are clean; those after come later)
                     v = value[j]
                     t = v.type if is_op else None
                     children.append((v, f"{here}[{j}]", (j, t if isinstance(t, str) and t
@@ -249,7 +252,7 @@ def _first_bad_item(parent: message.Message, name: str) -> int | None:
 
     def bad(m: message.Message) -> bool:
         try:
-            checker().ParseFromString(m.SerializeToString())
+            checker().ParseFromString(m.SerializePartialToString())
         except message.DecodeError:
             return True
         return False

@@ -501,3 +501,35 @@ def test_one_input_name_where_the_list_goes_is_shown_as_a_list(client: TestClien
     r = client.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
     assert r.status_code == 400, r.text
     assert '["x"]' in _error(r)["message"]
+
+
+# --- second review of this stop ------------------------------------------------------------------
+def test_bad_utf8_deep_in_a_chain_of_sub_nets_is_located_in_linear_time() -> None:
+    import time
+
+    net = caffe2_pb2.NetDef()
+    net.op.add(type="Relu", input=["innermost"], output=["y"])
+    for _ in range(2000):
+        outer = caffe2_pb2.NetDef()
+        op = outer.op.add(type="Do", input=["x"], output=["y"])
+        op.arg.add(name="net").n.CopyFrom(net)
+        net = outer
+    data = net.SerializeToString().replace(b"innermost", b"innermos\xff")
+    t = time.process_time()
+    with pytest.raises(DecodeError) as info:
+        codec.from_binary(data, caffe2_pb2.NetDef)
+    assert time.process_time() - t < 5.0  # (quadratic: about 8 s here; linear: 0.1 s)
+    assert info.value.problems[0].code == "invalid_utf8"
+
+
+def test_bad_utf8_beside_an_unset_required_field_is_no_500() -> None:
+    net = caffe2_pb2.NetDef()
+    for i in range(40):  # (more than a walked list: the locator bisects)
+        net.op.add(type="Relu", input=[f"x{i}"], output=[f"y{i}"])
+    net.op[0].arg.add(name="q").qtensors.add()  # (a QTensorProto without its required fields)
+    data = net.SerializeToPartialString() if hasattr(net, "SerializeToPartialString") else \
+        net.SerializePartialToString()
+    data = data.replace(b"x7", b"\xff7")
+    with pytest.raises(DecodeError) as info:
+        codec.from_binary(data, caffe2_pb2.NetDef)
+    assert info.value.problems
