@@ -79,7 +79,7 @@ def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None)
         misrouted.refuse_net_on_op(body.data, DecodeError.at("the op has no type", path="op.type"))
     if decoded.nested:  # (sub-nets: their depth, and their ops against max_ops)
         budget = (None if max_ops is None
-                  else limits.OpBudget(max_ops, limits.top_level_ops(decoded.msg)))
+                  else limits.OpBudget(max_ops, decoded.msg))
         _check_net_depths(decoded.msg, max_depth, budget)
     try:
         _check_required(decoded.msg, "")
@@ -104,8 +104,7 @@ def _decode_text(body: Body, cls: type[M], max_depth: int, max_ops: int | None) 
         raise
     budget = None
     if max_ops is not None:
-        limits.check_op_count(msg, max_ops)
-        budget = limits.OpBudget(max_ops, limits.top_level_ops(msg))
+        budget = limits.OpBudget(max_ops, msg)
     _check_net_depths(msg, max_depth, budget)
     try:
         _check_required(msg, "")
@@ -270,9 +269,9 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
 
     msg = jsonmap.decode(obj, cls, caffe2)
     if max_ops is not None:  # (a large body was counted as it arrived; a small one was not)
-        limits.check_op_count(msg, max_ops)
+        budget = limits.OpBudget(max_ops, msg)
         if may_nest:
-            _check_net_depths(msg, max_depth, limits.OpBudget(max_ops, limits.top_level_ops(msg)))
+            _check_net_depths(msg, max_depth, budget)
     return msg
 
 

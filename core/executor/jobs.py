@@ -57,12 +57,12 @@ class RunResult:
 def check_fetch_names(fetch: Sequence[str]) -> None:
     """Refuse an empty fetch list, an empty name and a name fetched twice.
 
-    Raises:
-        InvalidRequestError: at ``fetch`` (empty list) or ``fetch[k]``.
-
     An empty list is refused in every encoding alike: JSON can tell a missing ``fetch``
     from ``[]``, binary and text cannot, and a run that returns nothing is never what the
     caller meant.
+
+    Raises:
+        InvalidRequestError: at ``fetch`` (empty list) or ``fetch[k]``.
     """
     if not fetch:
         raise InvalidRequestError.at(

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from core.errors import LimitExceededError
+from core.proto.limits import too_many_ops
 
 # A complete string, a lone quote (a string that runs past the chunk), or a structural byte
 # (commas are not needed: a key is always the string just before a colon).
@@ -197,11 +198,7 @@ class JsonScan:
                 frame.op_index = op_index
                 self.ops += 1
                 if self.ops > self.max_ops:
-                    raise LimitExceededError.at(
-                        f"the request holds more than {self.max_ops} ops (sub-nets included; "
-                        "NETGRAD_MAX_OPS)",
-                        code="too_many_ops",
-                    )
+                    raise too_many_ops(self.max_ops)
             elif key in (b"n", b"nets"):
                 frame.depth = depth + 1
                 frame.path = self._subnet_path(key, parent)

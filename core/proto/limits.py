@@ -109,15 +109,18 @@ def _op_children(
 
 
 class OpBudget:
-    """The ops a request may still hold (``max_ops`` less those counted so far).
+    """The ops a request may still hold: ``max_ops`` less the top-level ops of ``msg``
+    (:func:`top_level_ops`), less each sub-net's as :meth:`take` counts them.
 
-    Raises (:meth:`take`):
+    Raises (on creation, and from :meth:`take`):
         LimitExceededError: code ``too_many_ops``.
     """
 
-    def __init__(self, max_ops: int, counted: int = 0) -> None:
+    def __init__(self, max_ops: int, msg: Any = None) -> None:
         self.max_ops = max_ops
-        self.left = max_ops - counted
+        self.left = max_ops - (top_level_ops(msg) if msg is not None else 0)
+        if self.left < 0:
+            raise too_many_ops(max_ops)
 
     def take(self, net: Any) -> None:
         """Count the ops of sub-net ``net`` (a decoded NetDef)."""
@@ -399,8 +402,7 @@ def check_op_count(msg: Any, max_ops: int) -> None:
     Raises:
         LimitExceededError: code ``too_many_ops``.
     """
-    if top_level_ops(msg) > max_ops:
-        raise too_many_ops(max_ops)
+    OpBudget(max_ops, msg)
 
 
 def check_text_op_count(text: str, max_ops: int) -> None:
