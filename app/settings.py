@@ -37,7 +37,8 @@ class Settings(BaseSettings):
         queue_timeout_s: longest wait for an idle execution worker (503 ``workers_busy``
             above), so a burst of long jobs cannot pile up requests without bound.
         max_ops: most ops in one request, sub-nets included (413 above): bounds the time
-            gradient generation, which runs in the server process, can take.
+            gradient generation, which runs in the server process, can take. It bounds the
+            number of sub-nets (``Argument.n`` / ``nets``) the same way.
 
     Operation (issue 11; README "Operate it"):
         http_workers: uvicorn worker processes of ``netgrad serve`` (each with its own

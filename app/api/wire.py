@@ -47,15 +47,15 @@ _PATH_FIELDS = 20_000
 def decode(body: Body, cls: type[M], max_depth: int, max_ops: int | None = None) -> M:
     """The request message of ``body`` (JSON, text or binary), nesting and all checked.
 
-    ``max_ops``: a body with more ops than this (sub-nets included) is refused: text and
-    binary before anything walks their ops, large JSON bodies as they arrive
-    (``app.api.admission``), small ones once decoded.
+    ``max_ops``: a body with more ops than this (sub-nets included), or more sub-nets, is
+    refused: text and binary before anything walks their ops, large JSON bodies as they
+    arrive (``app.api.admission``), small ones once decoded (their sub-nets before).
 
     Raises:
         DecodeError: malformed body, unknown field, wrong type, bad UTF-8, unset required
             field (every problem at once, with its field path).
         LimitExceededError: sub-nets nested deeper than ``max_depth`` (named by their path);
-            ``too_many_ops`` (413).
+            ``too_many_ops`` or ``too_many_subnets`` (413).
     """
     if body.media is Media.JSON:
         return observability.request_ops(_decode_json(body, cls, max_depth, max_ops))
@@ -136,7 +136,8 @@ def _check_net_depths(msg: message.Message, max_depth: int,
     the ops of their sub-nets against ``budget``.
 
     Raises:
-        LimitExceededError: sub-nets nested deeper than ``max_depth``; ``too_many_ops``.
+        LimitExceededError: sub-nets nested deeper than ``max_depth``; ``too_many_ops``,
+            ``too_many_subnets``.
     """
     for f, value in msg.ListFields():
         if f.message_type in _NET_TYPES:
@@ -233,12 +234,14 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
     # A sub-net is the value of an "n" key or in a "nets" array: a body whose text holds
     # neither key (nor a \u escape, which could spell one) has none to depth-check.
     may_nest = '"n"' in text or '"nets"' in text or "\\u" in text
+    # (ops and sub-nets counted before decoding: a small body of many empty sub-nets)
+    pre_budget = limits.OpBudget(max_ops) if max_ops is not None and may_nest else None
 
     def caffe2(value: Any, msg_cls: type[message.Message], path: str) -> message.Message:
         is_op = msg_cls is caffe2_pb2.OperatorDef
 
         def check(obj: Any) -> None:
-            limits.check_json_depth(obj, max_depth, is_op=is_op)
+            limits.check_json_depth(obj, max_depth, is_op=is_op, budget=pre_budget)
 
         try:
             return codec.from_json_obj(value, msg_cls, owned=True,

@@ -8,6 +8,8 @@ holds
 * more ops than ``max_ops`` (413 ``too_many_ops``): an op is an object in an ``"op"`` array
   (``NetDef.op``, sub-nets included) or the value of an ``"op"`` key
   (``OpGradientRequest.op``) - the same count as :class:`core.ir.env.GenLimits.max_ops`;
+* more sub-nets than ``max_ops`` (413 ``too_many_subnets``), as
+  :class:`core.proto.limits.OpBudget` counts them;
 * sub-nets nested deeper than ``max_depth`` (422 ``nesting_too_deep``, with the sub-net path
   as far as it has been read, e.g. ``op[3]:If/then_net/op[0]:Do/net``): a sub-net is the
   object of an ``"n"`` key or an element of a ``"nets"`` array (``Argument.n`` /
@@ -26,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from core.errors import LimitExceededError
-from core.proto.limits import too_many_ops
+from core.proto.limits import too_many_ops, too_many_subnets
 
 # A complete string, a lone quote (a string that runs past the chunk), or a structural byte
 # (commas are not needed: a key is always the string just before a colon).
@@ -68,7 +70,8 @@ class JsonScan:
         max_containers: most JSON objects + arrays.
 
     Raises (from :meth:`feed`):
-        LimitExceededError: ``too_many_ops`` / ``too_many_values`` (413 in the service),
+        LimitExceededError: ``too_many_ops`` / ``too_many_subnets`` / ``too_many_values``
+            (413 in the service),
             ``nesting_too_deep`` (422).
     """
 
@@ -77,6 +80,7 @@ class JsonScan:
         self.max_depth = max_depth
         self.max_containers = max_containers
         self.ops = 0
+        self.subnets = 0
         self.containers = 0
         self._stack: list[_Frame] = []
         self._partial: bytes | None = None  # start of a string still open (first _KEEP bytes)
@@ -200,6 +204,9 @@ class JsonScan:
                 if self.ops > self.max_ops:
                     raise too_many_ops(self.max_ops)
             elif key in (b"n", b"nets"):
+                self.subnets += 1  # (bounded by max_ops too, as core.proto.limits.OpBudget)
+                if self.subnets > self.max_ops:
+                    raise too_many_subnets(self.max_ops)
                 frame.depth = depth + 1
                 frame.path = self._subnet_path(key, parent)
                 if frame.depth > self.max_depth:

@@ -85,23 +85,39 @@ def _too_deep(path: str, op_index: int | None, op_type: str | None,
 # -- decoded messages ------------------------------------------------------------------------
 
 
+#: Counts newly found sub-nets against a request's :class:`OpBudget` (``OpBudget.subnets``).
+Charge = Callable[[int], None]
+
+
 def _msg_children(
-    net: caffe2_pb2.NetDef, prefix: str
+    net: caffe2_pb2.NetDef, prefix: str, charge: Charge | None = None
 ) -> Iterator[Child]:
     for i, op in enumerate(net.op):
-        yield from _op_children(op, i, f"{prefix}op[{i}]:{op.type}")
+        yield from _op_children(op, i, f"{prefix}op[{i}]:{op.type}", charge)
     # the net's own arguments nest NetDefs too (no op: a decoder limit all the same)
     for arg in net.arg:
+        if charge is not None:
+            _charge_arg(arg, charge)
         if arg.HasField("n"):
             yield arg.n, f"{prefix}arg:{arg.name}", None, None
         for k, sub in enumerate(arg.nets):
             yield sub, f"{prefix}arg:{arg.name}[{k}]", None, None
 
 
+def _charge_arg(arg: caffe2_pb2.Argument, charge: Charge) -> None:
+    """Charge the sub-nets of ``arg`` before any is visited: a list of a million empty nets
+    is refused at once, not after a walk over it."""
+    found = len(arg.nets) + arg.HasField("n")
+    if found:
+        charge(found)
+
+
 def _op_children(
-    op: caffe2_pb2.OperatorDef, index: int, op_path: str
+    op: caffe2_pb2.OperatorDef, index: int, op_path: str, charge: Charge | None = None
 ) -> Iterator[Child]:
     for arg in op.arg:
+        if charge is not None:
+            _charge_arg(arg, charge)
         if arg.HasField("n"):
             yield arg.n, f"{op_path}/{arg.name}", index, op.type
         for k, sub in enumerate(arg.nets):
@@ -110,23 +126,37 @@ def _op_children(
 
 class OpBudget:
     """The ops a request may still hold: ``max_ops`` less the top-level ops of ``msg``
-    (:func:`top_level_ops`), less each sub-net's as :meth:`take` counts them.
+    (:func:`top_level_ops`), less each sub-net's ops as :meth:`take` counts them; and the
+    sub-nets it may still hold, as many (:meth:`subnets`). An empty sub-net costs the walks
+    about what an op costs, so a body of a million ``nets {}`` is refused as soon as its
+    argument is reached, not after a walk over them.
 
-    Raises (on creation, and from :meth:`take`):
-        LimitExceededError: code ``too_many_ops``.
+    Raises (on creation, and from :meth:`take`, :meth:`charge` and :meth:`subnets`):
+        LimitExceededError: code ``too_many_ops``, or ``too_many_subnets``.
     """
 
     def __init__(self, max_ops: int, msg: Any = None) -> None:
         self.max_ops = max_ops
+        self.nets_left = max_ops
         self.left = max_ops - (top_level_ops(msg) if msg is not None else 0)
         if self.left < 0:
             raise too_many_ops(max_ops)
 
-    def take(self, net: Any) -> None:
-        """Count the ops of sub-net ``net`` (a decoded NetDef)."""
-        self.left -= len(net.op)
+    def charge(self, ops: int) -> None:
+        """Count ``ops`` more ops."""
+        self.left -= ops
         if self.left < 0:
             raise too_many_ops(self.max_ops)
+
+    def subnets(self, found: int) -> None:
+        """Count ``found`` more sub-nets."""
+        self.nets_left -= found
+        if self.nets_left < 0:
+            raise too_many_subnets(self.max_ops)
+
+    def take(self, net: Any) -> None:
+        """Count the ops of sub-net ``net`` (a decoded NetDef)."""
+        self.charge(len(net.op))
 
 
 def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int,
@@ -136,25 +166,32 @@ def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int,
     Args:
         msg: a decoded NetDef, or one OperatorDef (then treated as ``op[0]`` of a net).
         max_depth: deepest allowed sub-net level (top level = 0).
-        budget: count every sub-net's ops against it on the way (its top-level ops are
-            counted by the caller), as the JSON scan counts them.
+        budget: count every sub-net, and its ops, against it on the way (the top-level
+            ops are counted by the caller), as the JSON scan counts them; a sub-net is
+            counted when its argument is reached, before the walk enters any.
 
     Raises:
         LimitExceededError: code ``nesting_too_deep``, located at the first too-deep sub-net
             (depth-first, in op and argument order), e.g. ``op[3]:If/then_net/op[0]:Do/net``;
-            code ``too_many_ops`` when the budget runs out.
+            code ``too_many_ops`` or ``too_many_subnets`` when the budget runs out.
     """
+    charge = budget.subnets if budget is not None else None
     if isinstance(msg, caffe2_pb2.OperatorDef):
-        start = list(_op_children(msg, 0, f"op[0]:{msg.type}"))
+        start = list(_op_children(msg, 0, f"op[0]:{msg.type}", charge))
     else:
-        start = list(_msg_children(msg, ""))
-    _check_nesting(start, _msg_children, max_depth, budget.take if budget else None)
+        start = list(_msg_children(msg, "", charge))
+
+    def children(net: caffe2_pb2.NetDef, prefix: str) -> Iterator[Child]:
+        return _msg_children(net, prefix, charge)
+
+    _check_nesting(start, children, max_depth, budget.take if budget else None)
 
 
 # -- JSON objects (before decoding) ----------------------------------------------------------
 
 
-def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[Child]:
+def _json_op_children(op: Any, index: int, op_path: str,
+                      charge: Charge | None = None) -> Iterator[Child]:
     args = op.get("arg") if isinstance(op, dict) else None
     if not isinstance(args, list):
         return
@@ -163,43 +200,67 @@ def _json_op_children(op: Any, index: int, op_path: str) -> Iterator[Child]:
         if not isinstance(arg, dict):
             continue
         name = str(arg.get("name", ""))
+        nets = arg.get("nets")
+        if charge is not None:
+            found = (len(nets) if isinstance(nets, list) else 0) + isinstance(arg.get("n"), dict)
+            if found:
+                charge(found)
         if isinstance(arg.get("n"), dict):
             yield arg["n"], f"{op_path}/{name}", index, op_type
-        nets = arg.get("nets")
         if isinstance(nets, list):
             for k, sub in enumerate(nets):
                 if isinstance(sub, dict):
                     yield sub, f"{op_path}/{name}[{k}]", index, op_type
 
 
-def _json_net_children(net: Any, prefix: str) -> Iterator[Child]:
+def _json_net_children(net: Any, prefix: str, charge: Charge | None = None) -> Iterator[Child]:
     if not isinstance(net, dict):
         return
     ops = net.get("op")
     if isinstance(ops, list):
         for i, op in enumerate(ops):
             if isinstance(op, dict):
-                yield from _json_op_children(op, i, f"{prefix}op[{i}]:{op.get('type', '')}")
+                yield from _json_op_children(op, i, f"{prefix}op[{i}]:{op.get('type', '')}",
+                                             charge)
     own = {"arg": net.get("arg"), "type": ""}  # the net's own arguments, as an op's
-    for sub, path, _, _ in _json_op_children(own, 0, f"{prefix}arg"):
+    for sub, path, _, _ in _json_op_children(own, 0, f"{prefix}arg", charge):
         yield sub, path.replace(f"{prefix}arg/", f"{prefix}arg:", 1), None, None
 
 
-def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False) -> None:
+def check_json_depth(obj: Any, max_depth: int, *, is_op: bool = False,
+                     budget: OpBudget | None = None) -> None:
     """Like :func:`check_depth`, on a JSON-decoded NetDef (or OperatorDef when ``is_op``).
 
     Runs before the protobuf JSON parser, whose own recursion limit would otherwise reject a
     deep request without saying where. Malformed parts are skipped (the parser reports them).
+    ``budget``: count the net's ops (the op itself when ``is_op``), every sub-net and its
+    ops against it, before anything is decoded.
 
     Raises:
-        LimitExceededError: code ``nesting_too_deep`` with the sub-net path.
+        LimitExceededError: code ``nesting_too_deep`` with the sub-net path;
+            ``too_many_ops`` or ``too_many_subnets`` when the budget runs out.
     """
+    charge = budget.subnets if budget is not None else None
+    visit = None
+    if budget is not None:
+        def visit(net: Any) -> None:
+            ops = net.get("op") if isinstance(net, dict) else None
+            budget.charge(len(ops) if isinstance(ops, list) else 0)
+
+        if is_op:
+            budget.charge(1)
+        else:
+            visit(obj)
     if is_op:
         op_type = obj.get("type", "") if isinstance(obj, dict) else ""
-        start = list(_json_op_children(obj, 0, f"op[0]:{op_type}"))
+        start = list(_json_op_children(obj, 0, f"op[0]:{op_type}", charge))
     else:
-        start = list(_json_net_children(obj, ""))
-    _check_nesting(start, _json_net_children, max_depth)
+        start = list(_json_net_children(obj, "", charge))
+
+    def children(net: Any, prefix: str) -> Iterator[Child]:
+        return _json_net_children(net, prefix, charge)
+
+    _check_nesting(start, children, max_depth, visit)
 
 
 # -- binary wire format (when the decoder gave up) -------------------------------------------
@@ -370,7 +431,18 @@ def wire_submessages(data: bytes, number: int, limit: int | None = None) -> list
 _NET = caffe2_pb2.NetDef.DESCRIPTOR
 _OP = caffe2_pb2.OperatorDef.DESCRIPTOR
 #: An ``op`` field opening a message in text format (``op {``, ``op <``, ``op: {``).
-_TEXT_OP = re.compile(r'(?<![\w"])op\s*:?\s*[{<]')
+_TEXT_OP = re.compile(r'(?<![\w"])(?:op|nets|n)\s*:?\s*[{<]')
+
+
+def too_many_subnets(max_ops: int) -> LimitExceededError:
+    """The 413 problem of a request holding more than ``max_ops`` sub-nets (``Argument.n``
+    and ``Argument.nets`` values, at any depth): NETGRAD_MAX_OPS bounds them as it bounds
+    ops."""
+    return LimitExceededError.at(
+        f"the request holds more than {max_ops} sub-nets (the nets in the n and nets "
+        "arguments of Do, If, While and other ops, at any depth; NETGRAD_MAX_OPS bounds "
+        "sub-nets as it bounds ops): send fewer, or ask the operator to raise the limit",
+        code="too_many_subnets")
 
 
 def too_many_ops(max_ops: int) -> LimitExceededError:
@@ -406,18 +478,26 @@ def check_op_count(msg: Any, max_ops: int) -> None:
 
 
 def check_text_op_count(text: str, max_ops: int) -> None:
-    """Refuse a text-format body with more than ``max_ops`` ``op { ... }`` messages, before
-    the (pure-Python, about 30 µs per op) text parser reads it. A regular-expression count in
-    C; an ``op {`` inside a quoted string counts too (only a body of ``max_ops`` of them
-    could be refused for it), the list form ``op: [{...}, ...]`` counts once.
+    """Refuse a text-format body with more than ``max_ops`` ``op { ... }`` messages, or
+    more than ``max_ops`` ``nets { ... }`` and ``n { ... }`` (sub-nets, as :class:`OpBudget`
+    counts them), before the pure-Python text parser (about 30 µs per op) reads it.
+
+    A regular-expression count in C. Such an opening inside a quoted string or a comment
+    counts too (only a body of ``max_ops`` of them could be refused for it). The list form
+    ``op: [{...}, ...]`` is not counted here; :class:`OpBudget` counts it once parsed.
 
     Raises:
-        LimitExceededError: code ``too_many_ops``.
+        LimitExceededError: code ``too_many_ops`` or ``too_many_subnets``.
     """
-    if len(text) // 4 <= max_ops:  # (an op costs at least four characters: "op{}")
+    if len(text) // 3 <= max_ops:  # (one costs at least three characters: "n{}")
         return
-    count = 0
-    for _ in _TEXT_OP.finditer(text):
-        count += 1
-        if count > max_ops:
-            raise too_many_ops(max_ops)
+    ops = nets = 0
+    for m in _TEXT_OP.finditer(text):
+        if m.group()[0] == "o":
+            ops += 1
+            if ops > max_ops:
+                raise too_many_ops(max_ops)
+        else:
+            nets += 1
+            if nets > max_ops:
+                raise too_many_subnets(max_ops)

@@ -122,9 +122,13 @@ def test_a_keys_queued_and_running_jobs_count_against_its_limit(
     assert theirs.status_code == 202
     # cancelling frees the slot at once
     assert keyed.delete(endless, headers=alice).json()["status"] == "cancelled"
+    # (the job in flight is endless: a quick one could end before the next request)
+    held = keyed.post("/v1/jobs", json={"run": endless_run()}, headers=alice)
+    assert held.status_code == 202, held.text
+    assert_problem(keyed.post("/v1/jobs", json={"run": docs.RUN_REQUEST}, headers=alice), 429)
+    assert keyed.delete(held.headers["location"], headers=alice).json()["status"] == "cancelled"
     ok = keyed.post("/v1/jobs", json={"run": docs.RUN_REQUEST}, headers=alice)
     assert ok.status_code == 202, ok.text
-    assert_problem(keyed.post("/v1/jobs", json={"run": docs.RUN_REQUEST}, headers=alice), 429)
     # a done job frees it, and so does a failed one
     assert wait_done(keyed, ok.headers["location"], headers=alice)["status"] == "done"
     bad = mlp_verify_request(batch=2)
