@@ -49,6 +49,7 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
         OSError: the file cannot be read.
     """
     suffix = path.suffix.lower()
+    net_ops = False  # (a JSON file with a list of ops: a NetDef, whatever else it holds)
     try:
         if suffix in (".pbtxt", ".txt", ".prototxt"):
             try:
@@ -56,24 +57,31 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
             except UnicodeDecodeError as exc:
                 raise DecodeError(f"{path}: not UTF-8 text ({exc}); a binary NetDef needs "
                                   "the .pb extension") from exc
+            _refuse_empty(path, text.strip())
             return codec.from_text(text, caffe2_pb2.NetDef)
         if suffix == ".json":
             try:
                 obj = json.loads(path.read_text(encoding="utf-8"))
             except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
                 raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
-            if isinstance(obj, dict) and "g_output" in obj:
+            net_ops = isinstance(obj, dict) and isinstance(obj.get("op"), list)
+            if isinstance(obj, dict) and "g_output" in obj and not net_ops:
                 raise DecodeError(f"{path}: {_request_file('OpGradientRequest')}")
             return codec.from_json_obj(obj, caffe2_pb2.NetDef)
     except DecodeError as exc:
         unknown = {p.path for p in exc.problems if p.code == "unknown_field"}
         if "net" in unknown:  # (a request body saved for the HTTP API)
             raise DecodeError(f"{exc.message}; {_request_file(None)}", exc.problems) from exc
+        if "g_output" in unknown and net_ops:
+            raise DecodeError(f"{exc.message}; a NetDef has no g_output (an "
+                              "OpGradientRequest of one op has): remove it, and name the "
+                              "outputs to differentiate with --ys", exc.problems) from exc
         if "g_output" in unknown:
             raise DecodeError(f"{exc.message}; {_request_file('OpGradientRequest')}",
                               exc.problems) from exc
         raise
     data = path.read_bytes()
+    _refuse_empty(path, data)
     try:
         net = codec.from_binary(data, caffe2_pb2.NetDef)
     except DecodeError as exc:
@@ -88,6 +96,17 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
         if kind is not None:
             raise DecodeError(f"{path}: {_request_file(kind)}")
     return net
+
+
+def _refuse_empty(path: Path, content: object) -> None:
+    """An empty file (or one of blanks only) parses as an empty NetDef: refuse it instead.
+
+    Raises:
+        DecodeError: ``content`` is empty.
+    """
+    if not content:
+        raise DecodeError(f"{path}: the file is empty; give a NetDef (binary .pb, text "
+                          ".pbtxt or .json)")
 
 
 #: The route of each request message.

@@ -215,8 +215,9 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
         return _entries(f, opts, value, path, caffe2, problems)
     if f.is_repeated:
         if type(value) is not list:
-            raise _Invalid("invalid_field", path, "must be a JSON array"
-                           + ("" if f.message_type is not None else _one_item(value)))
+            # (`inputs` given as an object gets its own hint: app.api.hints.INPUTS_HINT)
+            one = "" if f.name == "inputs" and type(value) is dict else _one_item(value)
+            raise _Invalid("invalid_field", path, "must be a JSON array" + one)
         fast = _scalars(f, value)
         if fast is not None:
             return fast
@@ -225,7 +226,10 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
 
 
 def _one_item(value: Any) -> str:
-    """`` (for one value, a list of it: ["y"])`` for a short scalar given where a list goes."""
+    """`` (for one value, a list of it: ["y"])`` for a short scalar, or an object
+    (``[{...}]``), given where a list goes."""
+    if type(value) is dict:
+        return " (for one value, a list of it: [{...}])"
     if type(value) in (str, int, float, bool) and len(text := json.dumps(value)) <= 40:
         return f" (for one value, a list of it: [{text}])"
     return ""

@@ -298,14 +298,7 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     head = f"{path}: expected {want}" if want else path
     refused = _REFUSED_VALUE.match(reason)
     if refused is not None and want == "a JSON array":  # (json_format shows a Python repr)
-        value = refused["value"]  # (a string unquoted, an object as a Python dict)
-        got, one = ("an object", "[{...}]") if value[:1] == "{" else (value[:200], "[...]")
-        if value[:1] != "{" and len(value) <= 40:
-            try:
-                float(value)
-                one = f"[{value}]"
-            except ValueError:
-                one = json.dumps([value])
+        got, one = _shown(_value_at(work, path), refused["value"])
         return DecodeError.at(f"{head}, got {got}; for one value, a list of it: {one}",
                               path=path, code="invalid_field")
     if refused is not None:  # the value, not how the parser failed on it
@@ -319,6 +312,54 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
         return DecodeError.at(f"{head}, got {reason[20:220]}, which is out of range",
                               path=path, code="invalid_field")
     return DecodeError.at(f"{head} ({reason})", path=path, code="invalid_field")
+
+
+_MISSING = object()
+_PATH_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _value_at(work: Any, path: str) -> Any:
+    """The JSON value at ``path`` (``op[0].arg[1].ints``) of ``work``, or :data:`_MISSING`."""
+    node = work
+    for key, index in _PATH_STEP.findall(path):
+        if key and type(node) is dict and key in node:
+            node = node[key]
+        elif index and type(node) is list and int(index) < len(node):
+            node = node[int(index)]
+        else:
+            return _MISSING
+    return node
+
+
+def _shown(value: Any, repr_text: str) -> tuple[str, str]:
+    """``(what was given, the one-item list of it)`` for a scalar given where a list goes,
+    in JSON (``"1e5"`` quoted, ``true``); json_format's Python repr ``repr_text`` when the
+    value cannot be found."""
+    if type(value) is dict:
+        return "an object", "[{...}]"
+    if type(value) in (str, int, float, bool) or value is None:
+        text = json.dumps(value)
+        got = text[:200]
+        if type(value) is str:  # (unquoted, as json_format says it, unless it would read
+            got = value[:200]  # as another JSON value: "0", "true", "{x")
+            if _reads_as_json(value):
+                got = f"{text[:200]} (a string)"
+        return got, f"[{text}]" if len(text) <= 40 else "[...]"
+    if repr_text[:1] == "{":
+        return "an object", "[{...}]"
+    return repr_text[:200], "[...]"
+
+
+def _reads_as_json(text: str) -> bool:
+    """Whether ``text``, shown unquoted, would read as a JSON value other than a string."""
+    stripped = text.strip()
+    if not stripped or stripped[0] in "{[\"" or stripped in ("true", "false", "null"):
+        return True
+    try:
+        float(stripped)
+    except ValueError:
+        return False
+    return True
 
 
 def _locate(work: Any, desc: Any, chain: list[str]) -> tuple[str, Any] | None:

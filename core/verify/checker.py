@@ -62,6 +62,7 @@ from core.verify.specs import (  # the request and report types are re-exported 
     check_step_resolution,
     finite_check_list,
     is_float_dtype,
+    large_step_warning,
     materialize_inputs,
 )
 
@@ -251,6 +252,9 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
                                      "without a gradient by design): name inputs in `check`",
                                      path="check", code="nothing_to_check")
     check_step_resolution(feeds, check, step)
+    large = large_step_warning(feeds, check, step)
+    if large is not None:
+        diagnostics.append(large)
     if not all_f64:
         diagnostics.append(Diagnostic(
             "warning", "low_precision_output",

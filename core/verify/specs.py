@@ -359,14 +359,25 @@ def check_step_resolution(feeds: dict[str, np.ndarray], check: list[str], step: 
 
     Raises:
         InvalidRequestError: code ``step_below_resolution``, path ``tolerances.step``,
-            naming the blob, the element and a step that would work.
+            naming the blob, the element and a step that would work; code
+            ``step_too_large`` when the perturbed input overflows its dtype.
     """
     for blob in check:
         x = feeds[blob]
         if x.dtype.kind != "f" or x.size == 0:
             continue
         flat = x.reshape(-1)
-        taken = (flat + x.dtype.type(step)).astype(np.float64) - (flat - x.dtype.type(step))
+        with np.errstate(over="ignore", invalid="ignore"):
+            up, down = flat + x.dtype.type(step), flat - x.dtype.type(step)
+        if not (np.isfinite(up).all() and np.isfinite(down).all()):
+            at = int(np.flatnonzero(~(np.isfinite(up) & np.isfinite(down)))[0])
+            raise InvalidRequestError.at(
+                f"input '{blob}': a finite-difference step of {step:g} overflows "
+                f"{x.dtype.name} at element {at} ({float(flat[at]):g}): the perturbed input "
+                "is infinite; give a tolerances.step far below the inputs' magnitude (the "
+                "default is 1e-6 for float64 and 1e-3 otherwise)",
+                path="tolerances.step", blobs=[blob], code="step_too_large")
+        taken = up.astype(np.float64) - down
         bad = ~(np.abs(taken - 2 * step) <= step)
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
@@ -377,6 +388,35 @@ def check_step_resolution(feeds: dict[str, np.ndarray], check: list[str], step: 
                 f"of element {at} ({value:g}, {x.dtype.name}): the difference would be rounding, "
                 f"not the gradient; give tolerances.step of at least {need:.3g}, or inputs of "
                 "moderate size", path="tolerances.step", blobs=[blob], code="step_below_resolution")
+
+
+#: A step above this fraction of the checked inputs' scale (their largest magnitude, at
+#: least 1) gets the ``step_large`` warning.
+LARGE_STEP = 1e-2
+
+
+def large_step_warning(feeds: dict[str, np.ndarray], check: list[str],
+                       step: float) -> Diagnostic | None:
+    """A warning when ``step`` is large beside the checked float inputs: more than
+    :data:`LARGE_STEP` of their largest magnitude (at least 1). A central difference then
+    measures the curvature as well as the slope (its error grows with ``step**2``), so a
+    failure may be the step's, not the gradient's.
+
+    Returns:
+        ``Diagnostic("warning", "step_large", ...)`` naming the inputs, or ``None``.
+    """
+    floats = [b for b in check if feeds[b].dtype.kind == "f" and feeds[b].size]
+    if not floats:
+        return None
+    scale = max(1.0, max(float(np.max(np.abs(feeds[b]))) for b in floats))
+    if not step > LARGE_STEP * scale:
+        return None
+    return Diagnostic(
+        "warning", "step_large",
+        f"tolerances.step {step:g} is large beside the checked inputs (largest magnitude "
+        f"{scale:g}): a central difference of that step measures the curvature as well as "
+        "the slope, so a failure may be the step's; unless the net is linear there, give a "
+        "smaller step (the default is 1e-6 for float64)", blobs=tuple(floats))
 
 
 def materialize_inputs(

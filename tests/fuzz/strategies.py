@@ -7,10 +7,13 @@ inputs).
 
 How the nets are built:
 
-* Two tensor kinds: ``M`` (shape [2, 2]) and ``V`` (shape [2]). Elementwise ops keep the kind,
-  binary ops may broadcast ``M`` with ``V``, ``FC``/``MatMul``/``Transpose``/``Softmax`` work on
-  ``M``, ``ReduceSum``/``ReduceMean`` turn an ``M`` into a ``V``; an optional
-  ``AveragedLoss`` ends the net.
+* Three tensor kinds: ``M`` (shape [2, 2]), ``V`` (shape [2]) and ``R`` (shape [3, 2], a
+  batch of three rows: non-square, so a gradient that mixes up the two axes of a matrix
+  has the wrong shape, not only the wrong values). Elementwise ops keep the kind, binary
+  ops may broadcast ``M`` or ``R`` with ``V``; ``FC``/``MatMul`` take ``M`` or ``R`` rows
+  and ``M`` weights and keep the kind of the rows (only a square ``M`` is transposed),
+  ``Transpose``/``Softmax`` work on ``M``, ``ReduceSum``/``ReduceMean`` turn an ``M`` into
+  a ``V`` (an ``R`` over its first axis); an optional ``AveragedLoss`` ends the net.
 * Every blob has domain flags fixed when it is created (:class:`Val`): ``pos`` (positive, not
   tiny: safe for ``Sqrt``, ``Log``, ``Div`` and fractional ``Pow``), ``away`` (|v| >= 0.25:
   no ``Relu``/``Abs`` kink nearby), ``small`` (|v| <~ 2: safe for ``Exp``). A write into an
@@ -60,7 +63,7 @@ OperatorDef = caffe2_pb2.OperatorDef
 Argument = caffe2_pb2.Argument
 
 #: Shapes of the two tensor kinds.
-SHAPES: dict[str, list[int]] = {"M": [2, 2], "V": [2]}
+SHAPES: dict[str, list[int]] = {"M": [2, 2], "V": [2], "R": [3, 2]}
 #: Deepest nesting of control ops.
 MAX_DEPTH = 4
 #: Most trips of one loop.
@@ -75,7 +78,7 @@ class Val:
     """What the generator knows about a float blob.
 
     Attributes:
-        kind: ``"M"`` or ``"V"`` (see :data:`SHAPES`).
+        kind: ``"M"``, ``"V"`` or ``"R"`` (see :data:`SHAPES`).
         pos: every value is positive and not tiny.
         away: every value has magnitude >= 0.25.
         small: every value has magnitude below about 2.
@@ -315,7 +318,7 @@ class _Gen:
             return d
         if family in ("binary", "broadcast"):
             op_type = self.draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
-            ka, kb = ("M", "V") if family == "broadcast" else (self.kind(),) * 2
+            ka, kb = (self.rows(), "V") if family == "broadcast" else (self.kind(),) * 2
             a = self.pick(b, ka)
             c = self.pick(b, kb, "pos" if op_type == "Div" else "")
             va, vb = self.vals[a], self.vals[c]
@@ -331,22 +334,32 @@ class _Gen:
             out = Val(kind, pos=all(v.pos for v in vs),
                       small=op_type == "Mean" and all(v.small for v in vs))
             return _Draft(op_type, ins, out, inplace=(0,))
-        if family == "fc":
-            x, w, bias = self.pick(b, "M"), self.pick(b, "M"), self.pick(b, "V")
-            return _Draft("FC", [x, w, bias], Val("M"))
+        if family == "fc":  # [n, 2] rows times a [2, 2] weight: rows of the same kind
+            kx = self.rows()
+            x, w, bias = self.pick(b, kx), self.pick(b, "M"), self.pick(b, "V")
+            return _Draft("FC", [x, w, bias], Val(kx))
         if family == "matmul":
-            a, c = self.pick(b, "M"), self.pick(b, "M")
-            args = [make_arg(n, 1) for n in ("trans_a", "trans_b") if self.draw(st.booleans())]
-            return _Draft("MatMul", [a, c], Val("M"), args, inplace=(0, 1))
+            ka = self.rows()
+            a, c = self.pick(b, ka), self.pick(b, "M")
+            names = ("trans_a", "trans_b") if ka == "M" else ("trans_b",)
+            args = [make_arg(n, 1) for n in names if self.draw(st.booleans())]
+            return _Draft("MatMul", [a, c], Val(ka), args,
+                          inplace=(0, 1) if ka == "M" else (0,))
         op_type = self.draw(st.sampled_from(["ReduceSum", "ReduceMean"]))
-        x = self.pick(b, "M")
+        kx = self.rows()
+        x = self.pick(b, kx)
         v = self.vals[x]
-        args = [make_arg("axes", [self.draw(st.integers(0, 1))]), make_arg("keepdims", 0)]
+        axis = self.draw(st.integers(0, 1)) if kx == "M" else 0  # (R: its [2] columns)
+        args = [make_arg("axes", [axis]), make_arg("keepdims", 0)]
         out = Val("V", pos=v.pos, small=op_type == "ReduceMean" and v.small)
         return _Draft(op_type, [x], out, args)
 
     def kind(self) -> str:
-        return self.draw(st.sampled_from(["M", "V"]))
+        return self.draw(st.sampled_from(["M", "V", "R"]))
+
+    def rows(self) -> str:
+        """A matrix kind: ``M`` ([2, 2]) or ``R`` ([3, 2])."""
+        return self.draw(st.sampled_from(["M", "R"]))
 
     # -- outputs -------------------------------------------------------------------------
     def writable(self, b: _Block, name: str, d: _Draft, in_place: bool) -> bool:
@@ -508,7 +521,7 @@ class _Gen:
             self.emit(top, self.draft(top), force_fresh=True)
         written = list(top.written)
         ys: list[str] = []
-        for kind in ("M", "V"):  # a sum of every written blob: everything reaches the loss
+        for kind in ("M", "V", "R"):  # a sum of every written blob: all reaches the loss
             names = [n for n in written if self.vals[n].kind == kind]
             if len(names) >= 2 and self.draw(st.booleans()):
                 total = self.fresh("all")

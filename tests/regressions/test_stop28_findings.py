@@ -154,3 +154,118 @@ def test_sub_nets_still_count_their_ops() -> None:
     with pytest.raises(LimitExceededError) as info:
         run(30)
     assert info.value.problems[0].code == "too_many_ops"
+
+
+# --- tolerances.step far too large ------------------------------------------------------------
+TANH = {"op": [{"type": "Tanh", "input": ["x"], "output": ["y"]}]}
+
+
+def _verify(c: TestClient, step: float, data: list[float] | None = None) -> object:
+    x = {"blob": "x", "tensor": {"shape": [3], "data": data or [0.5, -1.0, 2.0]}}
+    return c.post("/v1/verify", json={"net": TANH, "ys": ["y"], "inputs": [x], "mode": "full",
+                                      "tolerances": {"step": step}})
+
+
+def test_a_step_that_overflows_the_input_is_refused_by_name() -> None:
+    """x = 1e308 and step 1e308 used to be refused as a step *below* the resolution."""
+    with TestClient(create_app(Settings(workers=1))) as c:
+        r = _verify(c, 1e308, [0.5, 1e308, 2.0])
+        assert r.status_code == 400, r.text
+        (p,) = r.json()["errors"]
+        assert (p["code"], p["path"], p["blobs"]) == ("step_too_large", "tolerances.step", ["x"])
+        assert "overflows float64 at element 1" in p["message"]
+        # x + 1e300 is finite: the check runs, fails, and says the step may be why
+        r = _verify(c, 1e300)
+        assert r.status_code == 200, r.text
+        report = r.json()["report"]
+        assert report["passed"] is False
+        assert "step_large" in [d["code"] for d in report["diagnostics"]]
+        # the default step: no such warning, and the check passes
+        r = _verify(c, 1e-6)
+        report = r.json()["report"]
+        assert report["passed"] is True, report
+        assert "step_large" not in [d["code"] for d in report["diagnostics"]]
+
+
+def test_the_large_step_warning_scales_with_the_inputs() -> None:
+    import numpy as np
+
+    from core.verify.specs import large_step_warning
+
+    feeds = {"x": np.array([1e6, -3.0]), "n": np.array([1, 2])}
+    assert large_step_warning(feeds, ["x", "n"], 1e3) is None  # 1e-3 of 1e6
+    found = large_step_warning(feeds, ["x", "n"], 2e4)
+    assert found is not None and found.code == "step_large" and found.blobs == ("x",)
+    small = {"x": np.array([1e-3])}
+    assert large_step_warning(small, ["x"], 5e-3) is None  # scale is at least 1
+    assert large_step_warning(small, ["x"], 0.05) is not None
+
+
+# --- the CLI's file loading -------------------------------------------------------------------
+def test_a_json_netdef_with_a_stray_g_output_is_not_called_an_op_request(tmp_path) -> None:
+    from app.cli import load_net
+    from core.errors import DecodeError
+
+    f = tmp_path / "net.json"
+    f.write_text(json.dumps({"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}],
+                             "g_output": ["y_grad"]}))
+    with pytest.raises(DecodeError) as info:
+        load_net(f)
+    assert "a NetDef has no g_output" in info.value.message
+    assert "holds an OpGradientRequest" not in info.value.message
+    assert [p.path for p in info.value.problems] == ["g_output"]
+    # an OpGradientRequest file still gets its route
+    f.write_text(json.dumps({"op": {"type": "Relu", "input": ["x"], "output": ["y"]},
+                             "g_output": ["y_grad"]}))
+    with pytest.raises(DecodeError) as info:
+        load_net(f)
+    assert "POST the file to /v1/gradients/op" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["net.pb", "net.pbtxt"])
+def test_an_empty_net_file_is_refused(tmp_path, name: str) -> None:
+    from app.cli import load_net
+    from core.errors import DecodeError
+
+    f = tmp_path / name
+    f.write_bytes(b"" if name.endswith(".pb") else b"  \n")
+    with pytest.raises(DecodeError) as info:
+        load_net(f)
+    assert "the file is empty" in info.value.message
+
+
+# --- list hints in JSON -----------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "got", "one"), [
+    ("1e5", 'got "1e5" (a string)', '["1e5"]'), ("0", 'got "0" (a string)', '["0"]'),
+    (True, "got true", "[true]"), ("{x", 'got "{x" (a string)', '["{x"]'),
+    ("x", "got x", '["x"]'), (3, "got 3", "[3]"),
+])
+def test_a_scalar_for_a_list_inside_a_net_is_shown_as_json(value: object, got: str,
+                                                           one: str) -> None:
+    from core.errors import DecodeError
+    from core.proto import codec
+
+    with pytest.raises(DecodeError) as info:
+        codec.from_json_obj({"op": [{"type": "Relu", "input": value, "output": ["y"]}]},
+                            caffe2_pb2.NetDef)
+    message = info.value.problems[0].message
+    assert f"expected a JSON array, {got};" in message, message
+    assert message.endswith(f"for one value, a list of it: {one}"), message
+
+
+@pytest.mark.parametrize(("route", "body", "path"), [
+    ("/v1/gradients/op", {"op": {"type": "Relu", "input": ["x"], "output": ["y"]},
+                          "g_output": {"dense": "y_grad"}}, "g_output"),
+    ("/v1/verify", {"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]},
+                    "ys": ["y"], "inputs": [{"blob": "x", "tensor": {"shape": [1],
+                                                                    "data": [1]}}],
+                    "grad_ops": {"type": "ReluGradient"}}, "grad_ops"),
+])
+def test_one_message_given_where_a_list_goes_gets_the_list_form(route: str, body: dict,
+                                                                path: str) -> None:
+    with TestClient(create_app(Settings(workers=0))) as c:
+        r = c.post(route, json=body)
+    assert r.status_code == 400, r.text
+    p = r.json()["errors"][0]
+    assert p["path"] == path
+    assert p["message"].endswith("must be a JSON array (for one value, a list of it: [{...}])")
