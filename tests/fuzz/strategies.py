@@ -760,7 +760,8 @@ def _i8b_draft(self: _Gen, b: _Block) -> _Draft:
     """An issue-8b op reading blobs of ``b``."""
     if self.draw(st.integers(0, 3)) == 3:
         op_type = self.draw(st.sampled_from(_I8B_REDUCE))
-        x = self.pick(b, "M")
+        # (an R's front axis goes: its [2] columns are a V; its back axis would leave [3])
+        x = self.pick(b, self.rows() if "Front" in op_type else "M")
         v = self.vals[x]
         out = Val("V", pos=v.pos, small=op_type.endswith("Mean") and v.small)
         return _Draft(op_type, [x], out)
@@ -803,14 +804,17 @@ def _draft_8c(self: _Gen, b: _Block) -> _Draft:
     if pick == "base":
         return _base_draft_8c(self, b)
     op_type = self.draw(st.sampled_from(_OPS_8C))
-    if op_type == "BatchMatMul":
-        a, c = self.pick(b, "M"), self.pick(b, "M")
-        args = [make_arg(n, 1) for n in ("trans_a", "trans_b") if self.draw(st.booleans())]
-        return _Draft("BatchMatMul", [a, c], Val("M"), args)
+    if op_type == "BatchMatMul":  # [n, 2] rows times a [2, 2] matrix, as MatMul
+        ka = self.rows()
+        a, c = self.pick(b, ka), self.pick(b, "M")
+        names = ("trans_a", "trans_b") if ka == "M" else ("trans_b",)
+        args = [make_arg(n, 1) for n in names if self.draw(st.booleans())]
+        return _Draft("BatchMatMul", [a, c], Val(ka), args)
     if op_type == "LayerNorm":
-        x = self.pick(b, "M")
+        kx = self.rows()
+        x = self.pick(b, kx)
         args = [make_arg("axis", self.draw(st.integers(0, 1))), make_arg("epsilon", 0.1)]
-        return _Draft("LayerNorm", [x], Val("M", small=True), args)
+        return _Draft("LayerNorm", [x], Val(kx, small=True), args)
     logits = self.pick(b, "M")
     targets = self.fresh("tgt")
     values = [self.draw(st.sampled_from([0.0, 0.25, 1.0])) for _ in range(4)]
