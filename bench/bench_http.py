@@ -202,6 +202,14 @@ def many_ops_binary(n: int, bad_last: bool = False) -> bytes:
     return _ld(1, net) + _ld(2, _ld(1, b"y"))
 
 
+def empty_subnets_binary(n: int) -> bytes:
+    """A binary request of one ``Do`` op whose ``net`` argument lists ``n`` empty NetDefs
+    (2 bytes each: field 9, length 0)."""
+    arg = _ld(1, b"net") + b"\x4a\x00" * n  # (Argument.nets = 9, wire type 2)
+    op = _ld(4, b"Do") + _ld(5, arg)
+    return _ld(1, _ld(2, op)) + _ld(2, _ld(1, b"y"))
+
+
 def many_ops_text(n: int) -> bytes:
     """A text-format request whose net holds ``n`` ops ``op { type: "R" }``."""
     return b"net { " + b'op { type: "R" } ' * n + b'} ys { blob: "y" }'
@@ -442,6 +450,7 @@ def main() -> None:
             ("binary, 4 000 000 ops (max_ops 200 000), the last not UTF-8",
              many_ops_binary(4_000_000, bad_last=True), PB),
             ("text, 500 000 ops", many_ops_text(500_000), TEXT),
+            ("binary, one op with 500 000 empty sub-nets", empty_subnets_binary(500_000), PB),
         ]
         reps = 2 if ns.quick else 5
         for label, body, ctype in bodies:

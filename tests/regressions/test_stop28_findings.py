@@ -269,3 +269,29 @@ def test_one_message_given_where_a_list_goes_gets_the_list_form(route: str, body
     p = r.json()["errors"][0]
     assert p["path"] == path
     assert p["message"].endswith("must be a JSON array (for one value, a list of it: [{...}])")
+
+
+@pytest.mark.parametrize("cls", ["net", "op"])
+def test_a_binary_body_of_many_top_level_sub_nets_is_refused_right_after_parsing(
+        cls: str) -> None:
+    """Counted before the checking twin parses (and before any walk), for a net's ops and
+    for the op of an OpGradientRequest."""
+    from core.proto import codec
+
+    do = make_op("Do", ["x"], ["y"])
+    arg = do.arg.add(name="net")
+    for _ in range(60):
+        arg.nets.add()
+    if cls == "net":
+        req: object = netgrad_pb2.NetGradientRequest(net=caffe2_pb2.NetDef(op=[do]))
+        msg_cls: type = netgrad_pb2.NetGradientRequest
+    else:
+        req = netgrad_pb2.OpGradientRequest(op=do)
+        msg_cls = netgrad_pb2.OpGradientRequest
+    data = req.SerializeToString()  # type: ignore[attr-defined]
+    with pytest.raises(LimitExceededError) as info:
+        limits.check_op_count(msg_cls.FromString(data), 59)
+    assert info.value.problems[0].code == "too_many_subnets"
+    with pytest.raises(LimitExceededError):
+        codec.decode_binary(data, msg_cls, max_ops=59)
+    limits.check_op_count(msg_cls.FromString(data), 60)
