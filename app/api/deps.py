@@ -165,8 +165,11 @@ async def serve(
         gate = adm.body_gate(_declared_length(request), media is Media.JSON, limits.max_ops,
                              limits.max_depth)
         try:
-            data, text = await read_body(request, settings.max_body_bytes, media,
-                                         message.DESCRIPTOR, watch=gate.watch)
+            text_limit = (media is Media.TEXT
+                          and settings.max_text_body_bytes < settings.max_body_bytes)
+            limit = settings.max_text_body_bytes if text_limit else settings.max_body_bytes
+            data, text = await read_body(request, limit, media, message.DESCRIPTOR,
+                                         watch=gate.watch, text_limit=text_limit)
             body = Body(data, media, accept, accept_type, text, request.headers.get("accept"),
                         request.headers.get("content-type"))
             ctx = Context(settings, limits, worker_pool(request))

@@ -217,7 +217,7 @@ def response_media(accept: str | None) -> tuple[Media, str]:
 
 async def read_body(
     request: Request, limit: int, media: Media, message: Any = None,
-    watch: Callable[[bytes], None] | None = None,
+    watch: Callable[[bytes], None] | None = None, text_limit: bool = False,
 ) -> tuple[bytes, str | None]:
     """Read the body as it streams in: ``(bytes, None)`` for binary bodies, ``(b"", text)``
     for JSON ones (decoded from UTF-8 chunk by chunk; the bytes are not kept).
@@ -230,7 +230,8 @@ async def read_body(
     the answer asks to close the connection (``request.state.close_connection``), so a
     64 MiB hostile body costs the server one chunk, not 64 MiB of parsing. ``watch`` sees
     every chunk as it arrives and may refuse the body the same way (admission control and
-    the streaming op count, :mod:`app.api.admission`).
+    the streaming op count, :mod:`app.api.admission`). ``text_limit``: ``limit`` is the
+    text-format one (``NETGRAD_MAX_TEXT_BODY_BYTES``), and the 413 says so.
 
     Raises:
         LimitExceededError: code ``body_too_large``.
@@ -245,7 +246,7 @@ async def read_body(
             raise DecodeError(f"invalid Content-Length header {declared!r}") from exc
         if size > limit:
             request.state.close_connection = True
-            raise _too_large(limit, f"Content-Length {size}")
+            raise _too_large(limit, f"Content-Length {size}", text_limit)
     text_body = media is Media.JSON or media is Media.TEXT
     decoder = codecs.getincrementaldecoder("utf-8")() if text_body else None
     chunks: list[bytes] = []
@@ -257,7 +258,7 @@ async def read_body(
                 continue
             total += len(chunk)
             if total > limit:
-                raise _too_large(limit, f"more than {limit} bytes")
+                raise _too_large(limit, f"more than {limit} bytes", text_limit)
             if watch is not None:
                 watch(chunk)
             if decoder is None and not chunks:
@@ -400,7 +401,13 @@ def _check_cut_string(chunk: bytes, desc: Any) -> None:
         desc, data, pos = field.message_type, data[pos:], 0
 
 
-def _too_large(limit: int, what: str) -> LimitExceededError:
+def _too_large(limit: int, what: str, text: bool = False) -> LimitExceededError:
+    if text:
+        return LimitExceededError.at(
+            f"text-format body too large ({what}); the limit for protobuf text format is "
+            f"{limit} bytes (NETGRAD_MAX_TEXT_BODY_BYTES), since its parser is pure Python: "
+            "send a body this large as binary protobuf (application/x-protobuf) or JSON",
+            code="body_too_large")
     return LimitExceededError.at(
         f"request body too large ({what}); the limit is {limit} bytes (NETGRAD_MAX_BODY_BYTES)",
         code="body_too_large",

@@ -295,3 +295,34 @@ def test_a_binary_body_of_many_top_level_sub_nets_is_refused_right_after_parsing
     with pytest.raises(LimitExceededError):
         codec.decode_binary(data, msg_cls, max_ops=59)
     limits.check_op_count(msg_cls.FromString(data), 60)
+
+
+# --- text bodies have their own size limit ----------------------------------------------------
+def test_a_text_body_above_the_text_limit_is_a_413_that_points_to_binary() -> None:
+    settings = Settings(workers=0, max_text_body_bytes=4096)
+    body = "net { " + 'op { type: "Relu" input: "x" output: "y" } ' * 400 + '} ys { blob: "y" }'
+    assert len(body) > 4096
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/gradients/net", content=body, headers=T)
+        assert r.status_code == 413, r.text
+        (p,) = r.json()["errors"]
+        assert p["code"] == "body_too_large"
+        assert "NETGRAD_MAX_TEXT_BODY_BYTES" in p["message"] and "binary" in p["message"]
+        # the same net as binary or JSON is not held to the text limit
+        req = text_format.Parse(body, netgrad_pb2.NetGradientRequest())
+        for media in ("binary", "json"):
+            content, headers = _encode(req, media)
+            assert len(content) > 4096
+            r = c.post("/v1/gradients/net", content=content, headers=headers)
+            assert r.status_code != 413, r.text
+        # within the limit, text is served as before
+        small = 'net { op { type: "Relu" input: "x" output: "y" } } ys { blob: "y" }'
+        assert c.post("/v1/gradients/net", content=small, headers=T).status_code == 200
+
+
+def test_the_text_limit_never_raises_the_body_limit() -> None:
+    settings = Settings(workers=0, max_body_bytes=1000, max_text_body_bytes=10**6)
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/gradients/net", content="#" * 2000, headers=T)
+    assert r.status_code == 413
+    assert "NETGRAD_MAX_BODY_BYTES" in r.json()["errors"][0]["message"]
