@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,11 +54,11 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     try:
         if suffix in (".pbtxt", ".txt", ".prototxt"):
             try:
-                text = path.read_text(encoding="utf-8")
+                text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is dropped)
             except UnicodeDecodeError as exc:
                 raise DecodeError(f"{path}: not UTF-8 text ({exc}); a binary NetDef needs "
                                   "the .pb extension") from exc
-            _refuse_empty(path, text.strip())
+            _refuse_empty(path, re.sub(r"(?m)#.*$", "", text).strip())  # (or comments only)
             return codec.from_text(text, caffe2_pb2.NetDef)
         if suffix == ".json":
             try:

@@ -65,7 +65,7 @@ PROBLEM_JSON = "application/problem+json"
 
 #: LimitExceededError codes that are about the size of the request (413); others are 422.
 SIZE_LIMIT_CODES = frozenset({"body_too_large", "too_many_ops", "too_many_subnets",
-                              "too_many_values"})
+                              "too_many_args", "too_many_values"})
 
 _TITLES = {
     400: "Bad Request",

@@ -25,8 +25,8 @@ class Settings(BaseSettings):
         max_body_bytes: largest accepted request body (413 above).
         max_text_body_bytes: largest accepted body in protobuf text format
             (``text/x-protobuf``; 413 above, when smaller than ``max_body_bytes``). The
-            text parser is pure Python, about 1-2 µs of CPU per byte, so a 64 MiB text body
-            would hold a core for one to two minutes; binary and JSON bodies parse in C.
+            text parser is pure Python, 1-4 µs of CPU per byte, so a 64 MiB text body would
+            hold a core for up to four minutes; binary and JSON bodies parse in C.
         max_depth: deepest sub-net nesting (Do/If/While inside each other) accepted, in sub-net
             levels: a lowered If/While level costs two (branch net + its Do wrapper), so the
             default 128 admits 64 levels of lowered control flow; capped at
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
-    max_text_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    max_text_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     max_depth: int = Field(default=128, ge=0)
     workers: int = Field(default=2, ge=0)
     job_timeout_s: float = Field(default=30.0, gt=0)

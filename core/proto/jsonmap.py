@@ -339,11 +339,12 @@ def _shown(value: Any, repr_text: str) -> tuple[str, str]:
         return "an object", "[{...}]"
     if type(value) in (str, int, float, bool) or value is None:
         text = json.dumps(value)
-        got = text[:200]
+        cut = "..." if len(text) > 200 else ""
+        got = text[:200] + cut
         if type(value) is str:  # (unquoted, as json_format says it, unless it would read
-            got = value[:200]  # as another JSON value: "0", "true", "{x")
+            got = value[:200] + cut  # as another JSON value: "0", "true", "{x")
             if _reads_as_json(value):
-                got = f"{text[:200]} (a string)"
+                got = f"{text[:200]}{cut} (a string)"
         return got, f"[{text}]" if len(text) <= 40 else "[...]"
     if repr_text[:1] == "{":
         return "an object", "[{...}]"

@@ -124,6 +124,12 @@ def _op_children(
             yield sub, f"{op_path}/{arg.name}[{k}]", index, op.type
 
 
+#: Arguments a request may hold per op that ``max_ops`` allows (on average: one op may hold
+#: many). An empty ``Argument`` costs two bytes of binary and, parsed, walked and
+#: differentiated, about what an op costs (ten million of them ran a worker out of memory).
+ARGS_PER_OP = 4
+
+
 class OpBudget:
     """The ops a request may still hold: ``max_ops`` less the top-level ops of ``msg``
     (:func:`top_level_ops`), less each sub-net's ops as :meth:`take` counts them; and the
@@ -138,6 +144,7 @@ class OpBudget:
     def __init__(self, max_ops: int, msg: Any = None) -> None:
         self.max_ops = max_ops
         self.nets_left = max_ops
+        self.args_left = ARGS_PER_OP * max_ops
         self.left = max_ops - (top_level_ops(msg) if msg is not None else 0)
         if self.left < 0:
             raise too_many_ops(max_ops)
@@ -155,8 +162,16 @@ class OpBudget:
             raise too_many_subnets(self.max_ops)
 
     def take(self, net: Any) -> None:
-        """Count the ops of sub-net ``net`` (a decoded NetDef)."""
+        """Count the ops of sub-net ``net`` (a decoded NetDef), and their arguments."""
         self.charge(len(net.op))
+        self.arguments(len(net.arg) + sum(len(op.arg) for op in net.op))
+
+    def arguments(self, found: int) -> None:
+        """Count ``found`` more arguments (``Argument`` messages) against
+        :data:`ARGS_PER_OP` per allowed op."""
+        self.args_left -= found
+        if self.args_left < 0:
+            raise too_many_args(self.max_ops)
 
 
 def check_depth(msg: caffe2_pb2.NetDef | caffe2_pb2.OperatorDef, max_depth: int,
@@ -445,6 +460,15 @@ def too_many_subnets(max_ops: int) -> LimitExceededError:
         code="too_many_subnets")
 
 
+def too_many_args(max_ops: int) -> LimitExceededError:
+    """The 413 problem of a request holding more than :data:`ARGS_PER_OP` arguments per op
+    that ``max_ops`` allows."""
+    return LimitExceededError.at(
+        f"the request holds more than {ARGS_PER_OP * max_ops} arguments ({ARGS_PER_OP} per "
+        "op that NETGRAD_MAX_OPS allows, sub-nets included): send fewer, or ask the operator "
+        "to raise the limit", code="too_many_args")
+
+
 def too_many_ops(max_ops: int) -> LimitExceededError:
     """The 413 problem of a request holding more than ``max_ops`` ops (as the JSON scan's)."""
     return LimitExceededError.at(
@@ -475,10 +499,17 @@ def check_op_count(msg: Any, max_ops: int) -> None:
     over the message (the checking twin's parse, ``IsInitialized``, ``ByteSize``: about
     50 ms each per 500 000 sub-nets).
 
+    Their arguments count too, :data:`ARGS_PER_OP` per allowed op (``len`` of each op's
+    repeated field).
+
     Raises:
-        LimitExceededError: code ``too_many_ops`` or ``too_many_subnets``.
+        LimitExceededError: code ``too_many_ops``, ``too_many_args`` or ``too_many_subnets``.
     """
-    OpBudget(max_ops, msg)
+    budget = OpBudget(max_ops, msg)
+    for ops in _top_level_op_lists(msg):  # (len of each repeated field: no walk)
+        budget.arguments(sum(len(op.arg) for op in ops))
+    for net in _top_level_nets(msg):
+        budget.arguments(len(net.arg))
     found = 0
     for ops in _top_level_op_lists(msg):
         for op in ops:
@@ -486,6 +517,16 @@ def check_op_count(msg: Any, max_ops: int) -> None:
                 found += len(arg.nets)
         if found > max_ops:
             raise too_many_subnets(max_ops)
+
+
+def _top_level_nets(msg: Any) -> Iterator[Any]:
+    """The NetDefs of ``msg``'s NetDef fields and of its set netgrad.v1 message fields."""
+    for f, value in msg.ListFields():
+        if f.message_type is _NET:
+            yield from (value if f.is_repeated else [value])
+        elif (f.message_type is not None and not f.is_repeated
+              and f.message_type.full_name.startswith("netgrad.v1.")):
+            yield from _top_level_nets(value)
 
 
 def _top_level_op_lists(msg: Any) -> Iterator[Any]:

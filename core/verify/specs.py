@@ -369,16 +369,18 @@ def check_step_resolution(feeds: dict[str, np.ndarray], check: list[str], step: 
         flat = x.reshape(-1)
         with np.errstate(over="ignore", invalid="ignore"):
             up, down = flat + x.dtype.type(step), flat - x.dtype.type(step)
-        if not (np.isfinite(up).all() and np.isfinite(down).all()):
-            at = int(np.flatnonzero(~(np.isfinite(up) & np.isfinite(down)))[0])
+            taken = up.astype(np.float64) - down
+        # (the perturbed input, or the difference of the two, is infinite)
+        overflow = ~(np.isfinite(up) & np.isfinite(down) & np.isfinite(taken))
+        if overflow.any():
+            at = int(np.flatnonzero(overflow)[0])
             raise InvalidRequestError.at(
                 f"input '{blob}': a finite-difference step of {step:g} overflows "
                 f"{x.dtype.name} at element {at} ({float(flat[at]):g}): the perturbed input "
-                "is infinite; give a tolerances.step far below the inputs' magnitude (the "
-                "default is 1e-6 for float64 and 1e-3 otherwise)",
+                "or the difference is infinite; give a tolerances.step far below the inputs' "
+                "magnitude (the default is 1e-6 for float64 and 1e-3 otherwise)",
                 path="tolerances.step", blobs=[blob], code="step_too_large")
-        taken = up.astype(np.float64) - down
-        bad = ~(np.abs(taken - 2 * step) <= step)
+        bad = ~(np.abs(taken * 0.5 - step) <= step * 0.5)  # (halves: 2 * step may overflow)
         if bad.any():
             at = int(np.flatnonzero(bad)[0])
             value = float(flat[at])
@@ -408,13 +410,14 @@ def large_step_warning(feeds: dict[str, np.ndarray], check: list[str],
     floats = [b for b in check if feeds[b].dtype.kind == "f" and feeds[b].size]
     if not floats:
         return None
-    scale = max(1.0, max(float(np.max(np.abs(feeds[b]))) for b in floats))
-    if not step > LARGE_STEP * scale:
+    largest = max(float(np.max(np.abs(feeds[b]))) for b in floats)
+    if not step > LARGE_STEP * max(1.0, largest):
         return None
     return Diagnostic(
         "warning", "step_large",
         f"tolerances.step {step:g} is large beside the checked inputs (largest magnitude "
-        f"{scale:g}): a central difference of that step measures the curvature as well as "
+        f"{largest:g}; the warning starts at 1% of that, or of 1): a central difference "
+        "of that step measures the curvature as well as "
         "the slope, so a failure may be the step's; unless the net is linear there, give a "
         "smaller step (the default is 1e-6 for float64)", blobs=tuple(floats))
 

@@ -173,7 +173,7 @@ def test_a_step_that_overflows_the_input_is_refused_by_name() -> None:
         assert r.status_code == 400, r.text
         (p,) = r.json()["errors"]
         assert (p["code"], p["path"], p["blobs"]) == ("step_too_large", "tolerances.step", ["x"])
-        assert "overflows float64 at element 1" in p["message"]
+        assert "overflows float64 at element 0" in p["message"]
         # x + 1e300 is finite: the check runs, fails, and says the step may be why
         r = _verify(c, 1e300)
         assert r.status_code == 200, r.text
@@ -326,3 +326,67 @@ def test_the_text_limit_never_raises_the_body_limit() -> None:
         r = c.post("/v1/gradients/net", content="#" * 2000, headers=T)
     assert r.status_code == 413
     assert "NETGRAD_MAX_BODY_BYTES" in r.json()["errors"][0]["message"]
+
+
+# --- adversarial review of this stop --------------------------------------------------------
+def test_a_binary_body_of_many_empty_arguments_is_a_quick_413() -> None:
+    """Ten million empty ``Argument`` entries on one op (20 MB) ran the isolation worker out
+    of memory (a 500); nothing counted arguments."""
+    from core.proto import codec
+
+    op = caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"]).SerializeToString()
+    def body(k: int) -> bytes:
+        net = op + b"\x2a\x00" * k  # (OperatorDef.arg = 5, empty)
+        return netgrad_pb2.NetGradientRequest(
+            net=caffe2_pb2.NetDef(op=[caffe2_pb2.OperatorDef.FromString(net)]),
+            ys=[netgrad_pb2.GradientMapEntry(blob="y")]).SerializeToString()
+
+    with pytest.raises(LimitExceededError) as info:
+        codec.decode_binary(body(41), netgrad_pb2.NetGradientRequest, max_ops=10)
+    assert info.value.problems[0].code == "too_many_args"
+    codec.decode_binary(body(40), netgrad_pb2.NetGradientRequest, max_ops=10)
+    with TestClient(create_app(Settings(workers=0, max_ops=10))) as c:
+        r = c.post("/v1/gradients/net", content=body(41), headers=B)
+    assert r.status_code == 413 and _code(r) == "too_many_args", r.text
+
+
+def test_arguments_inside_sub_nets_count_too() -> None:
+    sub = caffe2_pb2.NetDef()
+    relu = sub.op.add(type="Relu", input=["x"], output=["y"])
+    for _ in range(45):
+        relu.arg.add(name="a", i=1)
+    net = caffe2_pb2.NetDef()
+    do = make_op("Do", ["x"], ["y"])
+    do.arg.add(name="net").n.CopyFrom(sub)
+    net.op.append(do)
+    with pytest.raises(LimitExceededError) as info:
+        limits.check_depth(net, 128, limits.OpBudget(10))
+    assert info.value.problems[0].code == "too_many_args"
+
+
+def test_a_step_whose_central_difference_overflows_is_too_large_not_too_small() -> None:
+    with TestClient(create_app(Settings(workers=1))) as c:
+        r = _verify(c, 1e308)  # x + 1e308 is finite, (x + s) - (x - s) is not
+    assert r.status_code == 400, r.text
+    (p,) = r.json()["errors"]
+    assert p["code"] == "step_too_large", p
+
+
+@pytest.mark.parametrize("text", ["# only a comment\n", "\ufeff"])
+def test_a_text_net_file_of_comments_or_a_bom_only_is_empty(tmp_path, text: str) -> None:
+    from app.cli import load_net
+    from core.errors import DecodeError
+
+    f = tmp_path / "net.pbtxt"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(DecodeError) as info:
+        load_net(f)
+    assert "the file is empty" in info.value.message
+
+
+def test_a_text_net_file_with_a_bom_loads(tmp_path) -> None:
+    from app.cli import load_net
+
+    f = tmp_path / "net.pbtxt"
+    f.write_text('\ufeffop { type: "Relu" input: "x" output: "y" }', encoding="utf-8")
+    assert load_net(f).op[0].type == "Relu"
