@@ -248,9 +248,15 @@ def _prepare(job: _Job, limits: RunLimits, rng: np.random.Generator,
             "element is finite", path="ys", blobs=list(job.seeds), code="no_finite_output")
     step = opts.step if opts.step is not None else (1e-6 if all_f64 else 1e-3)
     if not check:  # (never a pass from nothing checked)
-        raise InvalidRequestError.at("no input is left to check (none fed, or all non-finite or "
-                                     "without a gradient by design): name inputs in `check`",
-                                     path="check", code="nothing_to_check")
+        why = [d for d in diagnostics if d.code.startswith("not_checked")][:5]
+        ints = sorted(b for b, v in feeds.items() if v.dtype.kind != "f")[:5]
+        said = "; ".join([d.message for d in why]
+                         + ([f"not float inputs: {', '.join(map(repr, ints))}"] if ints else []))
+        raise InvalidRequestError.at(
+            "no input is left to check (none fed, or all non-finite or without a gradient by "
+            f"design{': ' + said if said else ''}): name float inputs in `check`",
+            path="check", blobs=[*(b for d in why for b in d.blobs), *ints],
+            code="nothing_to_check")
     check_step_resolution(feeds, check, step)
     large = large_step_warning(feeds, check, step)
     if large is not None:

@@ -390,3 +390,17 @@ def test_a_text_net_file_with_a_bom_loads(tmp_path) -> None:
     f = tmp_path / "net.pbtxt"
     f.write_text('\ufeffop { type: "Relu" input: "x" output: "y" }', encoding="utf-8")
     assert load_net(f).op[0].type == "Relu"
+
+
+@pytest.mark.parametrize(("x", "said"), [
+    ({"shape": [3], "data": [1, "NaN", 3]}, "input 'x' holds NaN at element 1"),
+    ({"shape": [1], "data": [1], "dtype": "int32"}, "not float inputs: 'x'"),
+])
+def test_nothing_to_check_says_why_each_input_was_left_out(x: dict, said: str) -> None:
+    """Walkthrough: the 400 named no blob and no reason."""
+    with TestClient(create_app(Settings(workers=1))) as c:
+        r = c.post("/v1/verify", json={"net": TANH, "ys": ["y"],
+                                       "inputs": [{"blob": "x", "tensor": x}]})
+    assert r.status_code == 400, r.text
+    (p,) = r.json()["errors"]
+    assert p["code"] == "nothing_to_check" and said in p["message"] and p["blobs"] == ["x"]
