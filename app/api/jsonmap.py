@@ -216,7 +216,9 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
     if f.is_repeated:
         if type(value) is not list:
             # (`inputs` given as an object gets its own hint: app.api.hints.INPUTS_HINT)
-            one = "" if f.name == "inputs" and type(value) is dict else _one_item(value)
+            # (a list of messages: a scalar is no item of it, only an object may be)
+            item = f.message_type is None or (type(value) is dict and f.name != "inputs")
+            one = _one_item(value) if item else ""
             raise _Invalid("invalid_field", path, "must be a JSON array" + one)
         fast = _scalars(f, value)
         if fast is not None:
