@@ -137,8 +137,10 @@ class OpBudget:
     about what an op costs, so a body of a million ``nets {}`` is refused as soon as its
     argument is reached, not after a walk over them.
 
-    Raises (on creation, and from :meth:`take`, :meth:`charge` and :meth:`subnets`):
-        LimitExceededError: code ``too_many_ops``, or ``too_many_subnets``.
+    Raises (on creation, and from :meth:`take`, :meth:`charge`, :meth:`subnets` and
+    :meth:`arguments`):
+        LimitExceededError: code ``too_many_ops``, ``too_many_subnets`` or
+            ``too_many_args``.
     """
 
     def __init__(self, max_ops: int, msg: Any = None) -> None:
@@ -476,70 +478,44 @@ def too_many_ops(max_ops: int) -> LimitExceededError:
         code="too_many_ops")
 
 
+def _top_level(msg: Any) -> Iterator[tuple[Any, Any]]:
+    """``(ops, net arguments)`` of every NetDef field of ``msg`` (``(ops, ())`` of every
+    OperatorDef field), and of its set netgrad.v1 message fields; sub-nets not entered."""
+    for f, value in msg.ListFields():
+        if f.message_type is _NET:
+            for net in value if f.is_repeated else [value]:
+                yield net.op, net.arg
+        elif f.message_type is _OP:
+            yield (value if f.is_repeated else [value]), ()
+        elif (f.message_type is not None and not f.is_repeated
+              and f.message_type.full_name.startswith("netgrad.v1.")):
+            yield from _top_level(value)
+
+
 def top_level_ops(msg: Any) -> int:
     """The ops of every NetDef (and OperatorDef) field of ``msg`` and of its set netgrad.v1
     message fields, sub-nets not counted: a lower bound of what the engine counts, read
     without a walk over the ops (``len`` of a repeated field)."""
-    n = 0
-    for f, value in msg.ListFields():
-        if f.message_type is _NET:
-            n += sum(len(v.op) for v in value) if f.is_repeated else len(value.op)
-        elif f.message_type is _OP:
-            n += len(value) if f.is_repeated else 1
-        elif (f.message_type is not None and not f.is_repeated
-              and f.message_type.full_name.startswith("netgrad.v1.")):
-            n += top_level_ops(value)
-    return n
+    return sum(len(ops) for ops, _ in _top_level(msg))
 
 
 def check_op_count(msg: Any, max_ops: int) -> None:
-    """Refuse a decoded request whose top-level ops alone pass ``max_ops``, or whose
-    top-level ops' arguments alone hold more than ``max_ops`` sub-nets: what a binary body
-    of a million empty ``nets {}`` costs to refuse is then one parse, not every later pass
-    over the message (the checking twin's parse, ``IsInitialized``, ``ByteSize``: about
-    50 ms each per 500 000 sub-nets).
-
-    Their arguments count too, :data:`ARGS_PER_OP` per allowed op (``len`` of each op's
-    repeated field).
+    """Refuse a decoded request whose top-level ops alone pass ``max_ops``, whose top-level
+    arguments pass :data:`ARGS_PER_OP` per allowed op (``len`` of each repeated field), or
+    whose top-level ops' arguments alone hold more than ``max_ops`` sub-nets: what a binary
+    body of a million empty ``nets {}`` costs to refuse is then one parse, not every later
+    pass over the message (the checking twin's parse, ``IsInitialized``, ``ByteSize``:
+    about 50 ms each per 500 000 sub-nets).
 
     Raises:
         LimitExceededError: code ``too_many_ops``, ``too_many_args`` or ``too_many_subnets``.
     """
     budget = OpBudget(max_ops, msg)
-    for ops in _top_level_op_lists(msg):  # (len of each repeated field: no walk)
-        budget.arguments(sum(len(op.arg) for op in ops))
-    for net in _top_level_nets(msg):
-        budget.arguments(len(net.arg))
-    found = 0
-    for ops in _top_level_op_lists(msg):
-        for op in ops:
-            for arg in op.arg:
-                found += len(arg.nets)
-        if found > max_ops:
-            raise too_many_subnets(max_ops)
-
-
-def _top_level_nets(msg: Any) -> Iterator[Any]:
-    """The NetDefs of ``msg``'s NetDef fields and of its set netgrad.v1 message fields."""
-    for f, value in msg.ListFields():
-        if f.message_type is _NET:
-            yield from (value if f.is_repeated else [value])
-        elif (f.message_type is not None and not f.is_repeated
-              and f.message_type.full_name.startswith("netgrad.v1.")):
-            yield from _top_level_nets(value)
-
-
-def _top_level_op_lists(msg: Any) -> Iterator[Any]:
-    """The ops of ``msg``'s NetDef fields, its OperatorDef fields, and those of its set
-    netgrad.v1 message fields (as :func:`top_level_ops` counts them)."""
-    for f, value in msg.ListFields():
-        if f.message_type is _NET:
-            yield from (v.op for v in value) if f.is_repeated else [value.op]
-        elif f.message_type is _OP:
-            yield value if f.is_repeated else [value]
-        elif (f.message_type is not None and not f.is_repeated
-              and f.message_type.full_name.startswith("netgrad.v1.")):
-            yield from _top_level_op_lists(value)
+    fields = list(_top_level(msg))
+    budget.arguments(sum(len(own) + sum(len(op.arg) for op in ops) for ops, own in fields))
+    found = sum(len(arg.nets) for ops, _ in fields for op in ops for arg in op.arg)
+    if found > max_ops:
+        raise too_many_subnets(max_ops)
 
 
 def check_text_op_count(text: str, max_ops: int) -> None:
