@@ -104,6 +104,7 @@ def _decode_text(body: Body, cls: type[M], max_depth: int, max_ops: int | None) 
         raise
     budget = None
     if max_ops is not None:
+        limits.check_op_count(msg, max_ops)  # (arguments and sub-nets too, as binary)
         budget = limits.OpBudget(max_ops, msg)
     _check_net_depths(msg, max_depth, budget)
     try:
@@ -272,6 +273,7 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
 
     msg = jsonmap.decode(obj, cls, caffe2)
     if max_ops is not None:  # (a large body was counted as it arrived; a small one was not)
+        limits.check_op_count(msg, max_ops)  # (arguments and sub-nets too, as binary)
         budget = limits.OpBudget(max_ops, msg)
         if may_nest:
             _check_net_depths(msg, max_depth, budget)
