@@ -256,10 +256,12 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
                                   "op_type": t if isinstance(t, str) else None}
             located = [p if p.op_index is not None or not is_op else replace(p, **at)
                        for p in exc.problems if p.path]
-            if len(located) > 1:  # every unknown key below the field
+            if len(located) > 1:  # every unknown key and refused value below the field
                 problems = [replace(p, message=f"{path}.{p.message}", path=f"{path}.{p.path}")
                             for p in located]
-                raise DecodeError(f"{len(problems)} unknown fields; the first: "
+                what = ("unknown" if all(p.code == "unknown_field" for p in problems)
+                        else "invalid")
+                raise DecodeError(f"{len(problems)} {what} fields; the first: "
                                   f"{problems[0].message}", problems) from exc
             inner = located[0] if located else None
             if inner is not None:  # located below the field (unknown key)

@@ -20,15 +20,13 @@ import difflib
 import json
 import re
 from collections.abc import Callable
-from functools import cache
 from typing import Any, TypeVar
 
 from google.protobuf import descriptor, json_format, message, message_factory
 
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
-from core.proto import jsonfast
-from core.types import Diagnostic
+from core.proto import jsonfast, jsonwalk
 
 M = TypeVar("M", bound=message.Message)
 
@@ -123,24 +121,19 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
             work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
         )
     except DecodeError as exc:  # (a text field's value, from _walk_text_fields)
-        raise with_ops(exc, obj, cls) from exc
-    except json_format.ParseError as exc:
+        raise with_ops(_every(exc, obj, cls), obj, cls) from exc
+    except (json_format.ParseError, ValueError, TypeError, AttributeError,
+            OverflowError) as exc:
         # json_format reads a string or an array where a message belongs key by key (its
         # letters, its items): say what the value is instead of naming a "field" R
-        shapes = _not_objects(obj, cls.DESCRIPTOR)
+        shapes = jsonwalk.not_objects(obj, cls.DESCRIPTOR)
         if shapes:
             raise with_ops(DecodeError(shapes[0].message if len(shapes) == 1 else
                                        f"{len(shapes)} values are not JSON objects; the "
                                        f"first: {shapes[0].message}", shapes), obj, cls) from exc
-        unknown = _unknown_field(exc, cls)
-        if unknown is not None:
-            raise with_ops(_all_unknown(obj, cls, unknown), obj, cls) from exc
-        raise with_ops(_located(exc, work, cls), obj, cls) from exc
-    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        shapes = _not_objects(obj, cls.DESCRIPTOR)
-        if shapes:
-            raise with_ops(DecodeError(shapes[0].message, shapes), obj, cls) from exc
-        raise with_ops(_located(exc, work, cls), obj, cls) from exc
+        unknown = _unknown_field(exc, cls) if isinstance(exc, json_format.ParseError) else None
+        first = unknown if unknown is not None else _located(exc, work, cls)
+        raise with_ops(_every(first, obj, cls), obj, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
@@ -148,51 +141,17 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         ) from exc
 
 
+def _every(first: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
+    """``first`` (the first refusal) with every other problem of ``obj`` (json_format stops
+    at the first; :func:`core.proto.jsonwalk.every_problem` finds the rest)."""
+    try:
+        found = jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
+    except Exception:  # noqa: BLE001 - a listing aid only: never a reason to fail otherwise
+        return first
+    return jsonwalk.merged(first, found)
+
+
 _SEGMENT = re.compile(r"(?P<name>[^.\[\]]+)(?:\[(?P<k>\d+)\])?")
-
-
-def _not_objects(obj: Any, desc: Any) -> list[Diagnostic]:
-    """Each value of ``obj`` where a message belongs that is not a JSON object (on the error
-    path: at most :data:`MAX_UNKNOWN_VISITS` values, :data:`MAX_UNKNOWN_LISTED` problems)."""
-    problems: list[Diagnostic] = []
-    visits = [0]
-
-    def kind(v: Any) -> str:
-        return _JSON_KINDS.get(type(v).__name__, type(v).__name__)
-
-    def walk(value: Any, d: Any, path: str) -> None:
-        by_name = d.fields_by_name
-        for key, inner in value.items():
-            visits[0] += 1
-            if visits[0] > MAX_UNKNOWN_VISITS or len(problems) >= MAX_UNKNOWN_LISTED:
-                return
-            f = by_name.get(key) or _by_json_name(d).get(key)
-            if f is None or f.message_type is None or inner is None:
-                continue
-            if f.message_type.GetOptions().map_entry:
-                continue
-            here = f"{path}.{f.name}" if path else f.name  # (proto names, as _located)
-            items = enumerate(inner) if f.is_repeated and type(inner) is list else None
-            if f.is_repeated and items is None:
-                continue  # (not an array: json_format's own words name it)
-            for k, item in items if items is not None else [(None, inner)]:
-                at = here if k is None else f"{here}[{k}]"
-                if type(item) is dict:
-                    walk(item, f.message_type, at)
-                elif f.message_type.full_name.startswith("google.protobuf."):
-                    continue  # (well-known types take other JSON values)
-                else:
-                    problems.append(Diagnostic(
-                        "error", "invalid_field",
-                        f"{at}: expected a JSON object ({f.message_type.name}), got "
-                        f"{kind(item)}", path=at))
-
-    if type(obj) is dict:
-        try:
-            walk(obj, desc, "")
-        except RecursionError:  # (depth is checked before decoding; a locating aid only)
-            return []
-    return problems
 
 
 def with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
@@ -222,7 +181,7 @@ def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None
         m = _SEGMENT.fullmatch(seg)
         if m is None or desc is None or type(value) is not dict:
             break
-        f = desc.fields_by_name.get(m["name"]) or _by_json_name(desc).get(m["name"])
+        f = desc.fields_by_name.get(m["name"]) or jsonwalk.by_json_name(desc).get(m["name"])
         if f is None:
             break
         key = next((k for k in (m["name"], f.name, f.json_name) if k in value), None)
@@ -250,8 +209,7 @@ _AT = re.compile(r" at [\w.\[\]]+$")
 #: Python's words for a JSON value's type, in json_format's reasons (``not 'list'``).
 _REFUSED_TYPE = re.compile(r"(?:must be a string, a bytes-like object or a real number, not|"
                            r"expected string or bytes-like object, got) '(?P<type>\w+)'")
-_JSON_KINDS = {"list": "an array", "dict": "an object", "str": "a string", "int": "a number",
-               "float": "a number", "bool": "true or false", "NoneType": "null"}
+_JSON_KINDS = jsonwalk.JSON_KINDS
 #: json_format's reasons that quote Python or its own internals, with the value refused.
 _REFUSED_VALUE = re.compile(
     r"^(?:invalid literal for int\(\) with base 10: |Couldn't parse \w+(?: value)?: "
@@ -294,6 +252,10 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
         return DecodeError(f"invalid JSON {cls.DESCRIPTOR.name}: {text}")
     path, field = found
     reason = _AT.sub("", rest.rstrip(".").strip())
+    if field.is_repeated and not path.endswith("]") and type(_value_at(work, path)) is list:
+        # (an array too long to bisect: one of its elements was refused)
+        return DecodeError.at(f"{path}: every element must be {_wanted(field)}; one is not "
+                              f"({reason[:200]})", path=path, code="invalid_field")
     want = "a JSON array" if field.is_repeated and not path.endswith("]") else _wanted(field)
     head = f"{path}: expected {want}" if want else path
     refused = _REFUSED_VALUE.match(reason)
@@ -478,63 +440,6 @@ def field_hint(cls: type[message.Message], type_name: str, name: str) -> str:
     return hint + (f" (its fields: {', '.join(fields)})" if fields else "")
 
 
-#: Most keys :func:`_all_unknown` visits (then it reports what it found so far).
-MAX_UNKNOWN_VISITS = 200_000
-#: Most unknown keys one problem list names.
-MAX_UNKNOWN_LISTED = 100
-
-
-def _all_unknown(obj: Any, cls: type[message.Message], first: DecodeError) -> DecodeError:
-    """Every unknown key of ``obj`` (json_format stops at the first), in body order.
-
-    A walk over keys only, on the error path: at most :data:`MAX_UNKNOWN_VISITS` keys and
-    :data:`MAX_UNKNOWN_LISTED` problems. Returns ``first`` when it finds no more than it.
-    """
-    problems: list[Diagnostic] = []
-    visits = [0]
-
-    def walk(value: Any, desc: Any, path: str) -> None:
-        if type(value) is not dict:
-            return
-        by_name = desc.fields_by_name
-        for key, inner in value.items():
-            visits[0] += 1
-            if visits[0] > MAX_UNKNOWN_VISITS or len(problems) >= MAX_UNKNOWN_LISTED:
-                return
-            here = f"{path}.{key}" if path else key
-            f = by_name.get(key) or _by_json_name(desc).get(key)
-            if f is None:
-                fields = [x.name for x in desc.fields]
-                close = difflib.get_close_matches(key, fields, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                text = f"{here}: unknown field of {desc.full_name}{hint}"
-                if fields:
-                    text += f" (its fields: {', '.join(fields)})"
-                problems.append(Diagnostic("error", "unknown_field", text, path=here))
-                continue
-            if f.message_type is None:
-                continue
-            if f.is_repeated and type(inner) is list:
-                for k, item in enumerate(inner):
-                    walk(item, f.message_type, f"{here}[{k}]")
-            else:
-                walk(inner, f.message_type, here)
-
-    try:
-        walk(obj, cls.DESCRIPTOR, "")
-    except RecursionError:  # (depth is checked before decoding; a locating aid only)
-        return first
-    if len(problems) <= 1:
-        return first
-    return DecodeError(f"{len(problems)} unknown fields; the first: {problems[0].message}",
-                       problems)
-
-
-@cache
-def _by_json_name(desc: Any) -> dict[str, Any]:
-    return {f.json_name: f for f in desc.fields}
-
-
 def _b64_to_text(value: str, where: str) -> str:
     return _text(base64.b64decode(value), where)
 
@@ -567,11 +472,7 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
         if val is None:
             continue
         if (desc.full_name, field.name) in TEXT_BYTES_FIELDS:
-            if field.is_repeated and not isinstance(val, list):
-                raise DecodeError.at(f"{here} must be a JSON array of strings (UTF-8 text), "
-                                     f"got {type(val).__name__}", path=here, code="invalid_field")
-            out[key] = ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
-                        if isinstance(val, list) else fix(val, here))
+            out[key] = _text_value(field, val, here, fix)
         elif field.message_type is not None:
             if isinstance(val, list):
                 out[key] = [_walk_text_fields(v, field.message_type, fix, f"{here}[{k}]")
@@ -579,3 +480,18 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
             else:
                 out[key] = _walk_text_fields(val, field.message_type, fix, here)
     return out
+
+
+def _text_value(field: Any, val: Any, here: str, fix: Callable[[Any, str], Any]) -> Any:
+    """``fix`` applied to the value of text field ``field`` (each element if repeated)."""
+    if field.is_repeated and not isinstance(val, list):
+        raise DecodeError.at(f"{here} must be a JSON array of strings (UTF-8 text), "
+                             f"got {type(val).__name__}", path=here, code="invalid_field")
+    return ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
+            if field.is_repeated else fix(val, here))
+
+
+def _check_text(field: Any, val: Any, here: str) -> Any:
+    """Text field ``field``'s value as base64 (json_format's reading of it); raises the
+    DecodeError that decoding it would raise."""
+    return _text_value(field, val, here, _text_to_b64)

@@ -1,0 +1,256 @@
+"""Every problem of a JSON Caffe2 message, on the error path of :mod:`core.proto.jsonmap`.
+
+json_format stops at the first value it refuses. When it has refused one, the walks here go
+over the whole decoded body, so that an answer names each unknown key, each wrongly typed
+value and each string where a message belongs, in body order, not only the first. They
+decide nothing on their own: a value is only called wrong after json_format refused that
+very value (asked about it alone, ``{key: value}`` in its parent message), and
+:mod:`core.proto.jsonmap` words each refusal as it words the first one. Values that
+json_format certainly takes (a string for a string field, an int in range for an int
+field...) are not asked about, so a large body with one bad value costs one Python walk
+over its keys, no more: at most :data:`MAX_VISITS` keys and array items, and
+:data:`MAX_LISTED` problems.
+
+Source: the protobuf JSON mapping (``google.protobuf.json_format.ParseDict``), spec §1
+(wire schema), and the house rule that a 4xx answer loses no problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from google.protobuf import descriptor, json_format, message_factory
+
+from api_schemas import TEXT_BYTES_FIELDS
+from core.errors import DecodeError
+from core.types import Diagnostic
+
+#: Most keys and array items one walk visits (then it reports what it found so far).
+MAX_VISITS = 200_000
+#: Most problems one walk lists.
+MAX_LISTED = 100
+#: json_format's refusals of a value, as :func:`every_problem` catches them.
+REFUSALS = (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError)
+
+#: Python's type names as JSON kinds.
+JSON_KINDS = {"list": "an array", "dict": "an object", "str": "a string", "int": "a number",
+              "float": "a number", "bool": "true or false", "NoneType": "null"}
+
+_FD = descriptor.FieldDescriptor
+_INT_RANGES = {
+    _FD.TYPE_INT32: (-2**31, 2**31 - 1), _FD.TYPE_SINT32: (-2**31, 2**31 - 1),
+    _FD.TYPE_SFIXED32: (-2**31, 2**31 - 1), _FD.TYPE_UINT32: (0, 2**32 - 1),
+    _FD.TYPE_FIXED32: (0, 2**32 - 1), _FD.TYPE_INT64: (-2**63, 2**63 - 1),
+    _FD.TYPE_SINT64: (-2**63, 2**63 - 1), _FD.TYPE_SFIXED64: (-2**63, 2**63 - 1),
+    _FD.TYPE_UINT64: (0, 2**64 - 1), _FD.TYPE_FIXED64: (0, 2**64 - 1),
+}
+#: Largest magnitude json_format takes for a float (float32) field.
+_FLOAT_MAX = 3.4028234663852886e38
+
+#: Words a refusal of one value: ``(exception, {key: value}, message class)`` -> the error
+#: json_format's first refusal would give (``core.proto.jsonmap._located``).
+Locate = Callable[[Exception, Any, Any], DecodeError]
+#: Reads one text field's value (``Argument.s`` / ``strings``): ``(field, value, path)`` ->
+#: the value as base64, as json_format reads it; raises the DecodeError decoding would.
+TextCheck = Callable[[Any, Any, str], Any]
+
+
+def kind(value: Any) -> str:
+    """A JSON value's kind in words (``an array``, ``a string``...)."""
+    return JSON_KINDS.get(type(value).__name__, type(value).__name__)
+
+
+@cache
+def by_json_name(desc: Any) -> dict[str, Any]:
+    """A message type's fields by their lowerCamelCase JSON names."""
+    return {f.json_name: f for f in desc.fields}
+
+
+def _field(desc: Any, key: str) -> Any:
+    return desc.fields_by_name.get(key) or by_json_name(desc).get(key)
+
+
+def _surely_taken(field: Any, value: Any) -> bool:
+    """Whether json_format certainly takes ``value`` for one element of ``field`` (False:
+    ask it). Only plain cases: a string for a string, an int in range, a finite number."""
+    t = field.type
+    if t == _FD.TYPE_STRING:
+        return type(value) is str
+    if t in _INT_RANGES:
+        lo, hi = _INT_RANGES[t]
+        return type(value) is int and lo <= value <= hi
+    if t == _FD.TYPE_DOUBLE:
+        return type(value) is float or (type(value) is int and abs(value) < 2**1000)
+    if t == _FD.TYPE_FLOAT:
+        return type(value) in (int, float) and abs(value) <= _FLOAT_MAX
+    if t == _FD.TYPE_BOOL:
+        return type(value) is bool
+    return False  # (bytes, enums: json_format decides)
+
+
+def not_objects(obj: Any, desc: Any) -> list[Diagnostic]:
+    """Each value of ``obj`` where a message belongs that is not a JSON object (json_format
+    reads a string or an array there key by key, and its words name a "field" that is a
+    letter). At most :data:`MAX_VISITS` values and :data:`MAX_LISTED` problems."""
+    problems: list[Diagnostic] = []
+    visits = [0]
+
+    def walk(value: Any, d: Any, path: str) -> None:
+        for key, inner in value.items():
+            visits[0] += 1
+            if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
+                return
+            f = _field(d, key)
+            if f is None or f.message_type is None or inner is None:
+                continue
+            if f.message_type.GetOptions().map_entry:
+                continue
+            here = f"{path}.{f.name}" if path else f.name  # (proto names, as _located)
+            items = enumerate(inner) if f.is_repeated and type(inner) is list else None
+            if f.is_repeated and items is None:
+                continue  # (not an array: json_format's own words name it)
+            for k, item in items if items is not None else [(None, inner)]:
+                at = here if k is None else f"{here}[{k}]"
+                if type(item) is dict:
+                    walk(item, f.message_type, at)
+                elif f.message_type.full_name.startswith("google.protobuf."):
+                    continue  # (well-known types take other JSON values)
+                else:
+                    problems.append(Diagnostic(
+                        "error", "invalid_field",
+                        f"{at}: expected a JSON object ({f.message_type.name}), got "
+                        f"{kind(item)}", path=at))
+
+    if type(obj) is dict:
+        try:
+            walk(obj, desc, "")
+        except RecursionError:  # (depth is checked before decoding; a locating aid only)
+            return []
+    return problems
+
+
+def unknown_problem(desc: Any, key: str, here: str) -> Diagnostic:
+    """The problem of unknown key ``key`` of message type ``desc`` at path ``here``."""
+    fields = [x.name for x in desc.fields]
+    close = difflib.get_close_matches(key, fields, n=1)
+    text = f"{here}: unknown field of {desc.full_name}"
+    text += f"; did you mean {close[0]!r}?" if close else ""
+    text += f" (its fields: {', '.join(fields)})" if fields else ""
+    return Diagnostic("error", "unknown_field", text, path=here)
+
+
+def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[Diagnostic]:
+    """Every unknown key of JSON message ``obj`` (type ``desc``) and the first refused value
+    of each OperatorDef in it (at any depth; of the message itself, outside any op), in
+    body order, each with its field path (proto names; an unknown key as written). One
+    value per op: the one json_format would name first were that op alone, as the
+    engine's problems name each offending op.
+
+    Args:
+        obj: the decoded JSON body, text fields still as text.
+        desc: its message descriptor.
+        locate: words json_format's refusal of one ``{key: value}``.
+        text: reads the value of a text field (``api_schemas.TEXT_BYTES_FIELDS``).
+
+    Returns:
+        The problems (at most :data:`MAX_LISTED`; ``[]`` past the recursion limit).
+    """
+    problems: list[Diagnostic] = []
+    refused_in: set[str] = set()  # (paths of the ops that have a refused value)
+    visits = [0]
+
+    def full(d: Diagnostic | None, rel: str, here: str, err: DecodeError) -> Diagnostic:
+        if d is None or not d.path or not d.path.startswith(rel):
+            return Diagnostic("error", "invalid_field", f"{here}: {err.message}", path=here)
+        path = here + d.path[len(rel):]
+        msg = path + d.message[len(d.path):] if d.message.startswith(d.path) else d.message
+        return Diagnostic(d.severity, d.code, msg, path=path)
+
+    def ask(d: Any, key: str, value: Any, rel: str, here: str, op: str) -> None:
+        """Ask json_format about ``{key: value}`` alone; a refusal joins the problems with
+        its path ``rel`` (below ``{key: value}``) written as ``here``, unless op ``op``
+        (its path) already has one."""
+        if op in refused_in:
+            return
+        cls = message_factory.GetMessageClass(d)
+        try:
+            json_format.ParseDict({key: value}, cls())
+        except REFUSALS as exc:
+            err = locate(exc, {key: value}, cls)
+            problems.append(full(err.problems[0] if err.problems else None, rel, here, err))
+            refused_in.add(op)
+
+    def walk(value: Any, d: Any, path: str, op: str) -> None:
+        if d.full_name == "caffe2.OperatorDef":
+            op = path
+        for key, inner in value.items():
+            visits[0] += 1
+            if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
+                return
+            f = _field(d, key)
+            if f is None:
+                problems.append(unknown_problem(d, key, f"{path}.{key}" if path else key))
+                continue
+            here = f"{path}.{f.name}" if path else f.name
+            if inner is None:
+                continue  # (null: unset, as json_format reads it)
+            if (d.full_name, f.name) in TEXT_BYTES_FIELDS:
+                try:
+                    inner = text(f, inner, here)  # (as base64, as json_format reads it)
+                except DecodeError as exc:
+                    if op not in refused_in:
+                        refused_in.add(op)
+                        problems.extend(exc.problems[:1] or [Diagnostic(
+                            "error", "invalid_field", exc.message, path=here)])
+                    continue
+                if type(inner) is str if not f.is_repeated else type(inner) is list:
+                    continue  # (text made base64 by us: taken)
+            m = f.message_type
+            nested = (m is not None and not m.GetOptions().map_entry
+                      and not m.full_name.startswith("google.protobuf."))
+            if f.is_repeated and type(inner) is not list:
+                ask(d, key, inner, f.name, here, op)  # (json_format words "a JSON array")
+                continue
+            if not f.is_repeated:
+                if nested and type(inner) is dict:
+                    walk(inner, m, here, op)
+                elif nested or not _surely_taken(f, inner):
+                    ask(d, key, inner, f.name, here, op)
+                continue
+            for k, item in enumerate(inner):
+                visits[0] += 1
+                if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
+                    return
+                if nested and type(item) is dict:
+                    walk(item, m, f"{here}[{k}]", op)
+                elif nested or not _surely_taken(f, item):
+                    ask(d, key, [item], f"{f.name}[0]", f"{here}[{k}]", op)
+
+    if type(obj) is dict:
+        try:
+            walk(obj, desc, "", "")
+        except RecursionError:  # (depth is checked before decoding; a locating aid only)
+            return []
+    return problems
+
+
+def merged(first: DecodeError, found: list[Diagnostic]) -> DecodeError:
+    """``first`` (json_format's first refusal, as worded) with the others ``found``.
+
+    ``first`` in front if the walk did not find it (a refusal of two fields together, such
+    as a key given in both spellings); ``first`` alone when that makes one problem, or when
+    ``first`` has no path (json_format's words, kept as they are).
+    """
+    head = first.problems[0] if first.problems else None
+    if head is None or not head.path:
+        return first  # (json_format's own words, not located: nothing to list beside)
+    if head.path not in {p.path for p in found}:
+        found = [head, *found]
+    if len(found) <= 1:
+        return first
+    what = ("unknown fields" if all(p.code == "unknown_field" for p in found)
+            else "invalid fields")
+    return DecodeError(f"{len(found)} {what}; the first: {found[0].message}", found)
