@@ -359,6 +359,9 @@ CLI_HINTS = {
 }
 
 
+_HTTP_TAIL = re.compile(r" \(HTTP \d+\)$")
+
+
 def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
     """The same error report for local and remote failures: headline, then one line each."""
     print(f"netgrad: {code}: {message}", file=sys.stderr)
@@ -366,7 +369,10 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
         if not isinstance(p, dict):
             continue
         where = f" at {p['path']}" if p.get("path") else ""
-        print(f"  - {p.get('code')}{where}: {p.get('message')}", file=sys.stderr)
+        # (one problem whose words the headline already gave, remote or local)
+        said = len(errors) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
+        print(f"  - {p.get('code')}{where}" + ("" if said else f": {p.get('message')}"),
+              file=sys.stderr)
     codes = {p.get("code") for p in errors if isinstance(p, dict)}
     for code, hint in CLI_HINTS.items():
         if code in codes:

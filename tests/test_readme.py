@@ -111,3 +111,19 @@ def test_readme_while_example_output_is_what_the_api_answers() -> None:
         r = client.post("/v1/run", json=request)
     assert r.status_code == 200, r.text
     assert r.json()["outputs"] == ast.literal_eval(shown.strip())
+
+
+def test_readme_settings_table_names_every_setting_with_its_default() -> None:
+    """Each ``Settings`` field is a ``NETGRAD_*`` row of the README's settings table, and
+    the row shows the field's default."""
+    table = README.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `NETGRAD_")]
+    for name, field in Settings.model_fields.items():
+        var = f"`NETGRAD_{name.upper()}`"
+        row = next((r for r in rows if var in r.split("|")[1]), None)
+        assert row is not None, f"{var} is not in the README's settings table"
+        default = field.default
+        shown = {True: "1", False: "0", None: "unset", "": "unset"}.get(default, default)
+        if isinstance(default, float) and default.is_integer():
+            shown = int(default)
+        assert f"`{shown}`" in row.split("|")[2] or shown == "unset", (var, shown, row)

@@ -217,7 +217,8 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
         if type(value) is not list:
             # (`inputs` given as an object gets its own hint: app.api.hints.INPUTS_HINT)
             # (a list of messages: a scalar is no item of it, only an object may be)
-            item = f.message_type is None or (type(value) is dict and f.name != "inputs")
+            item = (_is_item(f, value) if f.message_type is None
+                    else type(value) is dict and f.name != "inputs")
             one = _one_item(value) if item else ""
             raise _Invalid("invalid_field", path, "must be a JSON array" + one)
         fast = _scalars(f, value)
@@ -225,6 +226,19 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
             return fast
         return [_single(f, v, f"{path}[{k}]", caffe2, problems) for k, v in enumerate(value)]
     return _single(f, value, path, caffe2, problems)
+
+
+def _is_item(f: Any, value: Any) -> bool:
+    """Whether scalar ``value`` is of the type of repeated scalar field ``f``'s elements (a
+    one-item list of it would be taken: worth suggesting)."""
+    cpp, t = f.cpp_type, type(value)
+    if cpp == _FD.CPPTYPE_STRING:
+        return t is str
+    if cpp in _FLOATS:
+        return t is float or t is int
+    if cpp in _INT_RANGES:
+        return t is int
+    return cpp == _FD.CPPTYPE_BOOL and t is bool
 
 
 def _one_item(value: Any) -> str:

@@ -73,7 +73,7 @@ def _field(desc: Any, key: str) -> Any:
     return desc.fields_by_name.get(key) or by_json_name(desc).get(key)
 
 
-def _surely_taken(field: Any, value: Any) -> bool:
+def surely_taken(field: Any, value: Any) -> bool:
     """Whether json_format certainly takes ``value`` for one element of ``field`` (False:
     ask it). Only plain cases: a string for a string, an int in range, a finite number."""
     t = field.type
@@ -217,7 +217,7 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
             if not f.is_repeated:
                 if nested and type(inner) is dict:
                     walk(inner, m, here, op)
-                elif nested or not _surely_taken(f, inner):
+                elif nested or not surely_taken(f, inner):
                     ask(d, key, inner, f.name, here, op)
                 continue
             for k, item in enumerate(inner):
@@ -226,7 +226,7 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
                     return
                 if nested and type(item) is dict:
                     walk(item, m, f"{here}[{k}]", op)
-                elif nested or not _surely_taken(f, item):
+                elif nested or not surely_taken(f, item):
                     ask(d, key, [item], f"{f.name}[0]", f"{here}[{k}]", op)
 
     if type(obj) is dict:
