@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from google.protobuf.descriptor import FieldDescriptor
 
 from api_schemas import caffe2_pb2, netgrad_pb2
+from api_schemas.openapi_schemas import SCHEMAS
 from app.api.jsonmap import bare_oneof, json_options
 from core.errors import DecodeError, NetgradError
 from core.types import Diagnostic
@@ -491,7 +492,21 @@ def _hint(p: Diagnostic, route: str, body: _Body) -> str | None:
         return PARTIAL_HINT
     if p.code == "unknown_ys_blob" and p.message.endswith("'"):  # (core gave no reason)
         return UNKNOWN_YS_HINT
+    if p.code == "invalid_field" and p.message.endswith(": field required"):
+        return _required_hint(route, path)
     return None
+
+
+def _required_hint(route: str, path: str) -> str | None:
+    """``what it holds: Blobs to return, in this order.``: a required field's description,
+    from its ``.proto`` comment (the generated schemas)."""
+    parent = _parent_message(route, path)
+    if parent is None:
+        return None
+    leaf = path.rsplit(".", 1)[-1]
+    schema = SCHEMAS.get(parent.full_name.removeprefix("netgrad.v1."), {})
+    text = schema.get("properties", {}).get(leaf, {}).get("description")
+    return f"what it holds: {text}" if text else None
 
 
 def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:

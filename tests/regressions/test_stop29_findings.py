@@ -48,3 +48,23 @@ def test_a_list_hint_is_given_only_for_a_value_the_list_would_take(ys: object, h
     (e,) = r.json()["errors"]
     assert e["path"] == "ys"
     assert ("a list of it" in e["message"]) is hint, e["message"]
+
+
+@pytest.mark.parametrize(("route", "body", "field", "words"), [
+    ("/v1/run", {"net": {"op": []}}, "fetch", "Blobs to return, in this order."),
+    ("/v1/gradients/op", {"g_output": ["g"]}, "op", "The forward op"),
+    ("/v1/run", {"fetch": ["y"]}, "net", "The forward net."),
+])
+def test_a_missing_required_field_says_what_it_holds(route: str, body: dict[str, object],
+                                                      field: str, words: str) -> None:
+    """The field's description comes from its ``.proto`` comment (the generated schema)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    with TestClient(create_app(Settings(workers=0))) as c:
+        r = c.post(route, json=body)
+    assert r.status_code == 400
+    (e,) = [e for e in r.json()["errors"] if e["path"] == field]
+    assert e["message"].startswith(f"{field}: field required; what it holds: {words}"), e
