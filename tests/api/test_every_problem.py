@@ -161,3 +161,27 @@ def test_an_array_too_long_to_bisect_is_named_and_so_is_its_bad_element(
     assert body["errors"][0]["message"].startswith(
         "net.op: every element must be a JSON object (OperatorDef); one is not")
     assert body["errors"][1]["op_index"] == 7
+
+
+BAD_EDITS = [
+    {"output": 5}, {"output": "y"}, {"input": ["x", 1.5]}, {"engine": 3}, {"foo": 1},
+    {"arg": [{"name": "a", "i": 1.5}]}, {"arg": [{"name": "a", "s": 4}]},
+    {"arg": [{"name": "a", "ints": [1, "b"]}]}, {"arg": [{"name": "a", "f": 1e39}]},
+    {"device_option": "cpu"}, {"arg": [{"name": "a", "n": {"op": [{"type": 3}]}}]},
+    {"is_gradient_op": "no", "bar": 2},
+]
+
+
+@pytest.mark.parametrize("edit", BAD_EDITS, ids=[str(e) for e in BAD_EDITS])
+def test_a_large_net_is_refused_in_the_words_of_a_small_one(edit: dict[str, Any]) -> None:
+    """Past ``WALK_FIRST_OPS`` ops the walk answers before json_format parses the body: the
+    problems are those of the same bad op in a net of two ops."""
+    def problems(n_ops: int) -> list[Any]:
+        ops = [_relu(**edit)] + [_relu(f"b{k}", f"b{k + 1}") for k in range(n_ops - 1)]
+        with pytest.raises(DecodeError) as info:
+            jsonmap.from_json({"op": ops}, caffe2_pb2.NetDef)
+        return [info.value.message] + [(p.path, p.message, p.op_index, p.op_type)
+                                       for p in info.value.problems]
+
+    small = problems(2)
+    assert small and small == problems(jsonmap.WALK_FIRST_OPS + 5)
