@@ -127,13 +127,6 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         raise with_ops(_every(exc, obj, cls), obj, cls) from exc
     except (json_format.ParseError, ValueError, TypeError, AttributeError,
             OverflowError) as exc:
-        # json_format reads a string or an array where a message belongs key by key (its
-        # letters, its items): say what the value is instead of naming a "field" R
-        shapes = jsonwalk.not_objects(obj, cls.DESCRIPTOR)
-        if shapes:
-            raise with_ops(DecodeError(shapes[0].message if len(shapes) == 1 else
-                                       f"{len(shapes)} values are not JSON objects; the "
-                                       f"first: {shapes[0].message}", shapes), obj, cls) from exc
         unknown = _unknown_field(exc, cls) if isinstance(exc, json_format.ParseError) else None
         first = unknown if unknown is not None else _located(exc, work, cls)
         raise with_ops(_every(first, obj, cls), obj, cls) from exc
@@ -153,18 +146,12 @@ WALK_FIRST_OPS = 1000
 
 def _refuse_by_walk(obj: dict[str, Any], cls: type[message.Message]) -> None:
     """Raise the DecodeError of every problem the walk finds in ``obj``; return if none."""
-    shapes = jsonwalk.not_objects(obj, cls.DESCRIPTOR)
     try:
-        found = shapes or jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
+        found = jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
     except Exception:  # noqa: BLE001 - a shortcut only: json_format decides otherwise
         return
-    if not found:
-        return
-    if shapes:
-        raise with_ops(DecodeError(found[0].message if len(found) == 1 else
-                                   f"{len(found)} values are not JSON objects; the first: "
-                                   f"{found[0].message}", found), obj, cls)
-    raise with_ops(jsonwalk.merged(DecodeError(found[0].message, found[:1]), found), obj, cls)
+    if found:
+        raise with_ops(jsonwalk.refusal(found), obj, cls)
 
 
 def _every(first: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
@@ -174,6 +161,10 @@ def _every(first: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeEr
         found = jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
     except Exception:  # noqa: BLE001 - a listing aid only: never a reason to fail otherwise
         return first
+    if any(map(jsonwalk.is_shape, found)):
+        # json_format reads a string or an array where a message belongs key by key (its
+        # letters, its items): its first refusal names a "field" R; the walk's words only
+        return jsonwalk.refusal(found)
     return jsonwalk.merged(first, found)
 
 

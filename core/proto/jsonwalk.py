@@ -28,8 +28,10 @@ from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
 from core.types import Diagnostic
 
-#: Most keys and array items one walk visits (then it reports what it found so far).
-MAX_VISITS = 200_000
+#: Most keys and array items one walk visits (then it reports what it found so far): far
+#: above what a body within ``NETGRAD_MAX_OPS`` and ``NETGRAD_MAX_JSON_CONTAINERS`` holds,
+#: so that the walk, cheaper than one parse, always reaches a body's last value.
+MAX_VISITS = 20_000_000
 #: Most problems one walk lists.
 MAX_LISTED = 100
 #: json_format's refusals of a value, as :func:`every_problem` catches them.
@@ -91,45 +93,17 @@ def surely_taken(field: Any, value: Any) -> bool:
     return False  # (bytes, enums: json_format decides)
 
 
-def not_objects(obj: Any, desc: Any) -> list[Diagnostic]:
-    """Each value of ``obj`` where a message belongs that is not a JSON object (json_format
-    reads a string or an array there key by key, and its words name a "field" that is a
-    letter). At most :data:`MAX_VISITS` values and :data:`MAX_LISTED` problems."""
-    problems: list[Diagnostic] = []
-    visits = [0]
+def shape_problem(m: Any, value: Any, here: str) -> Diagnostic:
+    """The problem of ``value``, not a JSON object, where message type ``m`` belongs
+    (json_format reads a string or an array there key by key, and its words would name a
+    "field" that is a letter)."""
+    return Diagnostic("error", "invalid_field", f"{here}: expected a JSON object ({m.name}), "
+                      f"got {kind(value)}", path=here)
 
-    def walk(value: Any, d: Any, path: str) -> None:
-        for key, inner in value.items():
-            visits[0] += 1
-            if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
-                return
-            f = _field(d, key)
-            if f is None or f.message_type is None or inner is None:
-                continue
-            if f.message_type.GetOptions().map_entry:
-                continue
-            here = f"{path}.{f.name}" if path else f.name  # (proto names, as _located)
-            items = enumerate(inner) if f.is_repeated and type(inner) is list else None
-            if f.is_repeated and items is None:
-                continue  # (not an array: json_format's own words name it)
-            for k, item in items if items is not None else [(None, inner)]:
-                at = here if k is None else f"{here}[{k}]"
-                if type(item) is dict:
-                    walk(item, f.message_type, at)
-                elif f.message_type.full_name.startswith("google.protobuf."):
-                    continue  # (well-known types take other JSON values)
-                else:
-                    problems.append(Diagnostic(
-                        "error", "invalid_field",
-                        f"{at}: expected a JSON object ({f.message_type.name}), got "
-                        f"{kind(item)}", path=at))
 
-    if type(obj) is dict:
-        try:
-            walk(obj, desc, "")
-        except RecursionError:  # (depth is checked before decoding; a locating aid only)
-            return []
-    return problems
+def is_shape(p: Diagnostic) -> bool:
+    """Whether ``p`` is a :func:`shape_problem`."""
+    return p.code == "invalid_field" and ": expected a JSON object (" in p.message
 
 
 def unknown_problem(desc: Any, key: str, here: str) -> Diagnostic:
@@ -217,7 +191,9 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
             if not f.is_repeated:
                 if nested and type(inner) is dict:
                     walk(inner, m, here, op)
-                elif nested or not surely_taken(f, inner):
+                elif nested:
+                    problems.append(shape_problem(m, inner, here))
+                elif not surely_taken(f, inner):
                     ask(d, key, inner, f.name, here, op)
                 continue
             for k, item in enumerate(inner):
@@ -226,7 +202,9 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
                     return
                 if nested and type(item) is dict:
                     walk(item, m, f"{here}[{k}]", op)
-                elif nested or not surely_taken(f, item):
+                elif nested:
+                    problems.append(shape_problem(m, item, f"{here}[{k}]"))
+                elif not surely_taken(f, item):
                     ask(d, key, [item], f"{f.name}[0]", f"{here}[{k}]", op)
 
     if type(obj) is dict:
@@ -235,6 +213,15 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
         except RecursionError:  # (depth is checked before decoding; a locating aid only)
             return []
     return problems
+
+
+def refusal(found: list[Diagnostic]) -> DecodeError:
+    """The DecodeError of the problems ``found`` (not empty) by the walk alone."""
+    if len(found) == 1:
+        return DecodeError(found[0].message, found)
+    what = ("unknown fields" if all(p.code == "unknown_field" for p in found) else
+            "values are not JSON objects" if all(map(is_shape, found)) else "invalid fields")
+    return DecodeError(f"{len(found)} {what}; the first: {found[0].message}", found)
 
 
 def merged(first: DecodeError, found: list[Diagnostic]) -> DecodeError:
@@ -251,6 +238,4 @@ def merged(first: DecodeError, found: list[Diagnostic]) -> DecodeError:
         found = [head, *found]
     if len(found) <= 1:
         return first
-    what = ("unknown fields" if all(p.code == "unknown_field" for p in found)
-            else "invalid fields")
-    return DecodeError(f"{len(found)} {what}; the first: {found[0].message}", found)
+    return refusal(found)

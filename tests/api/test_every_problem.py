@@ -185,3 +185,15 @@ def test_a_large_net_is_refused_in_the_words_of_a_small_one(edit: dict[str, Any]
 
     small = problems(2)
     assert small and small == problems(jsonmap.WALK_FIRST_OPS + 5)
+
+
+def test_a_string_where_a_message_belongs_is_listed_beside_the_other_problems(
+        client: TestClient) -> None:
+    ops = [_relu(device_option="cpu"), _relu("y", 5), _relu("y", "w", arg=["a"])]
+    body = _net_errors(client, ops)
+    got = [(e["path"], e["op_index"]) for e in body["errors"]]
+    assert got == [("net.op[0].device_option", 0), ("net.op[1].output[0]", 1),
+                   ("net.op[2].arg[0]", 2)]
+    assert body["errors"][0]["message"] == (
+        "net.op[0].device_option: expected a JSON object (DeviceOption), got a string")
+    assert body["errors"][2]["message"].endswith("expected a JSON object (Argument), got a string")
