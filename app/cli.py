@@ -364,11 +364,16 @@ _HTTP_TAIL = re.compile(r" \(HTTP \d+\)$")
 
 def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
     """The same error report for local and remote failures: headline, then one line each."""
+    listed = [p for p in errors if isinstance(p, dict)]
+    if len(listed) > 1 and "; the first: " in message:  # (the list below gives every one)
+        message = message.partition("; the first: ")[0]
     print(f"netgrad: {code}: {message}", file=sys.stderr)
     for p in errors:
         if not isinstance(p, dict):
             continue
         where = f" at {p['path']}" if p.get("path") else ""
+        if where and str(p.get("message", "")).startswith(f"{p['path']}: "):
+            p = {**p, "message": p["message"][len(p["path"]) + 2:]}  # (its path, once)
         # (one problem whose words the headline already gave, remote or local)
         said = len(errors) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
         print(f"  - {p.get('code')}{where}" + ("" if said else f": {p.get('message')}"),

@@ -210,6 +210,15 @@ def empty_subnets_binary(n: int) -> bytes:
     return _ld(1, _ld(2, op)) + _ld(2, _ld(1, b"y"))
 
 
+def many_ops_json(n: int) -> bytes:
+    """A JSON request whose net holds ``n`` FC ops in a chain, the last one's output a
+    number instead of a name (one bad value, at the very end)."""
+    ops = [{"type": "FC", "input": [f"b{k}", "w", "b"], "output": [f"b{k + 1}"],
+            "arg": [{"name": "axis", "i": 1}]} for k in range(n)]
+    ops[-1]["output"] = [n]
+    return json.dumps({"net": {"op": ops}, "ys": [f"b{n}"]}).encode()
+
+
 def many_ops_text(n: int) -> bytes:
     """A text-format request whose net holds ``n`` ops ``op { type: "R" }``."""
     return b"net { " + b'op { type: "R" } ' * n + b'} ys { blob: "y" }'
@@ -450,6 +459,7 @@ def main() -> None:
             ("binary, 4 000 000 ops (max_ops 200 000), the last not UTF-8",
              many_ops_binary(4_000_000, bad_last=True), PB),
             ("text, 500 000 ops", many_ops_text(500_000), TEXT),
+            ("JSON, 200 000 ops, the last output a number", many_ops_json(200_000), JSON),
             ("binary, one op with 500 000 empty sub-nets", empty_subnets_binary(500_000), PB),
         ]
         reps = 2 if ns.quick else 5

@@ -140,6 +140,7 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
     inlined: dict[str, dict[str, Any]] = {}
     given: set[str] = set()
     spelled: dict[str, str] = {}  # field name -> the JSON key that gave it
+    sole: DecodeError | None = None
     for key, value in obj.items():
         entry = keys.get(key)
         here = f"{path}.{key}" if path else key
@@ -165,7 +166,7 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
             continue
         except DecodeError as bad:  # a Caffe2 message inside: its problems join the others
             if not problems and _rest_is_clean(obj, key, keys):
-                raise  # the only problem: as the Caffe2 reader worded it
+                sole = bad  # (the only problem, if no other follows: as its reader worded it)
             problems.extend(bad.problems or [_Invalid("invalid_field", here,
                                                       bad.message).diagnostic])
             continue
@@ -193,6 +194,9 @@ def _message(obj: Any, desc: Any, path: str, caffe2: Caffe2Reader,
             here = f"{path}.{name}" if path else name
             problems.append(_Invalid("invalid_field", here, "field required").diagnostic)
             given.add(name)
+    if sole is not None and len(problems) == len(sole.problems or [None]):
+        del problems[:]  # (nothing else was wrong: the Caffe2 reader's own words)
+        raise sole
     for name, sub in inlined.items():
         kwargs[name] = _cls(desc.fields_by_name[name].message_type)(**sub)
     return kwargs
@@ -224,8 +228,28 @@ def _value(entry: _Field, value: Any, path: str, caffe2: Caffe2Reader,
         fast = _scalars(f, value)
         if fast is not None:
             return fast
+        if f.message_type is not None and _is_caffe2(f.message_type):
+            return _caffe2_list(f, value, path, caffe2, problems)
         return [_single(f, v, f"{path}[{k}]", caffe2, problems) for k, v in enumerate(value)]
     return _single(f, value, path, caffe2, problems)
+
+
+def _caffe2_list(f: Any, value: list[Any], path: str, caffe2: Caffe2Reader,
+                 problems: list[Diagnostic]) -> list[Any]:
+    """Each Caffe2 message of a list (``grad_ops``), every bad one named: one bad message
+    raises its reader's own error, several one error of all their problems."""
+    out, bad = [], []
+    for k, v in enumerate(value):
+        try:
+            out.append(_single(f, v, f"{path}[{k}]", caffe2, problems))
+        except DecodeError as exc:
+            bad.append(exc)
+    if len(bad) == 1:
+        raise bad[0]
+    if bad:
+        found = [p for exc in bad for p in exc.problems]
+        raise DecodeError(f"{len(found)} invalid fields; the first: {found[0].message}", found)
+    return out
 
 
 def _is_item(f: Any, value: Any) -> bool:
@@ -235,7 +259,7 @@ def _is_item(f: Any, value: Any) -> bool:
     if cpp == _FD.CPPTYPE_STRING:
         return t is str
     if cpp in _FLOATS:
-        return t is float or t is int
+        return t is float or t is int or (t is str and value in ("NaN", "Infinity", "-Infinity"))
     if cpp in _INT_RANGES:
         return t is int
     return cpp == _FD.CPPTYPE_BOOL and t is bool

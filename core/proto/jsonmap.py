@@ -225,6 +225,7 @@ _FAILED = "Failed to parse "
 _AT = re.compile(r" at [\w.\[\]]+$")
 #: Python's words for a JSON value's type, in json_format's reasons (``not 'list'``).
 _REFUSED_TYPE = re.compile(r"(?:must be a string, a bytes-like object or a real number, not|"
+                           r"must be a string or a real number, not|"
                            r"expected string or bytes-like object, got) '(?P<type>\w+)'")
 _JSON_KINDS = jsonwalk.JSON_KINDS
 #: json_format's reasons that quote Python or its own internals, with the value refused.
@@ -277,7 +278,13 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
     head = f"{path}: expected {want}" if want else path
     refused = _REFUSED_VALUE.match(reason)
     if refused is not None and want == "a JSON array":  # (json_format shows a Python repr)
-        got, one = _shown(_value_at(work, path), refused["value"])
+        value = _value_at(work, path)
+        got, one = _shown(value, refused["value"])
+        if (field.message_type is None and field.type not in (_FD.TYPE_STRING, _FD.TYPE_BYTES)
+                and type(value) in (str, int, float, bool)
+                and not jsonwalk.surely_taken(field, value)):  # (["x"] is no list of ints)
+            return DecodeError.at(f"{head} of {_elements(field)}, got {got}", path=path,
+                                  code="invalid_field")
         return DecodeError.at(f"{head}, got {got}; for one value, a list of it: {one}",
                               path=path, code="invalid_field")
     if refused is not None:  # the value, not how the parser failed on it
@@ -418,6 +425,20 @@ def _wanted(field: Any) -> str:
     return "a string"  # (bytes: base64, or text for Argument.s / strings)
 
 
+def _elements(field: Any) -> str:
+    """What the elements of a repeated scalar field are, in words (plural)."""
+    t = field.type
+    if t in _INT_TYPES:
+        return f"integers ({_INT_TYPES[t]})"
+    if t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
+        return "numbers"
+    if t == _FD.TYPE_BOOL:
+        return "true or false values"
+    if t == _FD.TYPE_ENUM:
+        return "enum values (" + ", ".join(v.name for v in field.enum_type.values) + ")"
+    return "values"
+
+
 #: json_format's words for an unknown key, with the path of the message that holds it.
 _UNKNOWN = re.compile(r'Message type "(?P<type>[\w.]+)" has no field named "(?P<name>[^"]*)" '
                       r'at "(?P<at>[^"]*)"')
@@ -482,8 +503,7 @@ def _walk_text_fields(obj: Any, desc: Any, fix: Callable[[Any, str], Any], where
         here = f"{where}.{field.name}" if where else field.name
         if field.name in spelled and obj[spelled[field.name]] != val:
             # json_format would let the later one win (or merge): refuse the doubt
-            raise DecodeError.at(f"{here} is given twice with different values (as "
-                                 f"{spelled[field.name]!r} and {key!r}); give it once",
+            raise DecodeError.at(jsonwalk.twice(here, spelled[field.name], key),
                                  path=here, code="invalid_field")
         spelled[field.name] = key
         if val is None:
@@ -503,7 +523,8 @@ def _text_value(field: Any, val: Any, here: str, fix: Callable[[Any, str], Any])
     """``fix`` applied to the value of text field ``field`` (each element if repeated)."""
     if field.is_repeated and not isinstance(val, list):
         raise DecodeError.at(f"{here} must be a JSON array of strings (UTF-8 text), "
-                             f"got {type(val).__name__}", path=here, code="invalid_field")
+                             f"got {_JSON_KINDS.get(type(val).__name__, type(val).__name__)}",
+                             path=here, code="invalid_field")
     return ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
             if field.is_repeated else fix(val, here))
 

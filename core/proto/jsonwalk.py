@@ -18,6 +18,7 @@ Source: the protobuf JSON mapping (``google.protobuf.json_format.ParseDict``), s
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -34,6 +35,9 @@ from core.types import Diagnostic
 MAX_VISITS = 20_000_000
 #: Most problems one walk lists.
 MAX_LISTED = 100
+#: Most values one walk asks json_format about (about 17 µs each): then it stops, and
+#: reports what it found (a body of many values it cannot be sure of costs no more).
+MAX_ASKS = 2000
 #: json_format's refusals of a value, as :func:`every_problem` catches them.
 REFUSALS = (json_format.ParseError, ValueError, TypeError, AttributeError, OverflowError)
 
@@ -49,8 +53,13 @@ _INT_RANGES = {
     _FD.TYPE_SINT64: (-2**63, 2**63 - 1), _FD.TYPE_SFIXED64: (-2**63, 2**63 - 1),
     _FD.TYPE_UINT64: (0, 2**64 - 1), _FD.TYPE_FIXED64: (0, 2**64 - 1),
 }
-#: Largest magnitude json_format takes for a float (float32) field.
+#: Largest magnitude json_format takes for a float (float32) field, and for a double.
 _FLOAT_MAX = 3.4028234663852886e38
+_DOUBLE_MAX = 1.7976931348623157e308
+#: Strings json_format reads as an integer / a float the way ``int()`` / ``float()`` do.
+_DIGITS = re.compile(r"-?[0-9]+").fullmatch
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?").fullmatch
+_NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
 
 #: Words a refusal of one value: ``(exception, {key: value}, message class)`` -> the error
 #: json_format's first refusal would give (``core.proto.jsonmap._located``).
@@ -77,20 +86,33 @@ def _field(desc: Any, key: str) -> Any:
 
 def surely_taken(field: Any, value: Any) -> bool:
     """Whether json_format certainly takes ``value`` for one element of ``field`` (False:
-    ask it). Only plain cases: a string for a string, an int in range, a finite number."""
-    t = field.type
+    ask it). Only plain cases: a string for a string, an int in range (or its decimal
+    digits), a finite number (or its plain digits, ``NaN``, ``Infinity``), an enum's name
+    or number."""
+    t, v = field.type, type(value)
     if t == _FD.TYPE_STRING:
-        return type(value) is str
+        return v is str
     if t in _INT_RANGES:
+        if v is str and len(value) <= 21 and _DIGITS(value):
+            value, v = int(value), int
         lo, hi = _INT_RANGES[t]
-        return type(value) is int and lo <= value <= hi
-    if t == _FD.TYPE_DOUBLE:
-        return type(value) is float or (type(value) is int and abs(value) < 2**1000)
-    if t == _FD.TYPE_FLOAT:
-        return type(value) in (int, float) and abs(value) <= _FLOAT_MAX
+        return v is int and lo <= value <= hi
+    if t in (_FD.TYPE_DOUBLE, _FD.TYPE_FLOAT):
+        if v is str:
+            if value in _NON_FINITE:
+                return True
+            if len(value) > 40 or not _NUMBER(value):
+                return False
+            value, v = float(value), float
+        top = _FLOAT_MAX if t == _FD.TYPE_FLOAT else _DOUBLE_MAX
+        return (v is float or v is int) and abs(value) <= top
     if t == _FD.TYPE_BOOL:
-        return type(value) is bool
-    return False  # (bytes, enums: json_format decides)
+        return v is bool
+    if t == _FD.TYPE_ENUM:
+        e = field.enum_type
+        return (v is str and value in e.values_by_name) or (v is int and value in
+                                                            e.values_by_number)
+    return False  # (bytes: json_format decides)
 
 
 def shape_problem(m: Any, value: Any, here: str) -> Diagnostic:
@@ -134,7 +156,7 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
     """
     problems: list[Diagnostic] = []
     refused_in: set[str] = set()  # (paths of the ops that have a refused value)
-    visits = [0]
+    visits, asks = [0], [0]
 
     def full(d: Diagnostic | None, rel: str, here: str, err: DecodeError) -> Diagnostic:
         if d is None or not d.path or not d.path.startswith(rel):
@@ -149,6 +171,9 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
         (its path) already has one."""
         if op in refused_in:
             return
+        asks[0] += 1
+        if asks[0] > MAX_ASKS:
+            raise _Stop
         cls = message_factory.GetMessageClass(d)
         try:
             json_format.ParseDict({key: value}, cls())
@@ -160,15 +185,23 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
     def walk(value: Any, d: Any, path: str, op: str) -> None:
         if d.full_name == "caffe2.OperatorDef":
             op = path
+        spelled: dict[str, str] = {}
         for key, inner in value.items():
             visits[0] += 1
             if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
-                return
+                raise _Stop
             f = _field(d, key)
             if f is None:
                 problems.append(unknown_problem(d, key, f"{path}.{key}" if path else key))
                 continue
             here = f"{path}.{f.name}" if path else f.name
+            if f.name in spelled:  # (both spellings of one field)
+                if value[spelled[f.name]] != inner and op not in refused_in:
+                    refused_in.add(op)
+                    problems.append(Diagnostic(
+                        "error", "invalid_field", twice(here, spelled[f.name], key), path=here))
+                continue
+            spelled[f.name] = key
             if inner is None:
                 continue  # (null: unset, as json_format reads it)
             if (d.full_name, f.name) in TEXT_BYTES_FIELDS:
@@ -199,7 +232,7 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
             for k, item in enumerate(inner):
                 visits[0] += 1
                 if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
-                    return
+                    raise _Stop
                 if nested and type(item) is dict:
                     walk(item, m, f"{here}[{k}]", op)
                 elif nested:
@@ -210,18 +243,34 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
     if type(obj) is dict:
         try:
             walk(obj, desc, "", "")
+        except _Stop:
+            pass
         except RecursionError:  # (depth is checked before decoding; a locating aid only)
             return []
-    return problems
+    return problems[:MAX_LISTED]
+
+
+class _Stop(Exception):
+    """The walk visited, asked or found as much as it may."""
+
+
+def twice(here: str, first: str, second: str) -> str:
+    """The words for a field given under both its spellings, with different values."""
+    return (f"{here} is given twice with different values (as {first!r} and {second!r}); "
+            "give it once")
 
 
 def refusal(found: list[Diagnostic]) -> DecodeError:
-    """The DecodeError of the problems ``found`` (not empty) by the walk alone."""
+    """The DecodeError of the problems ``found`` (not empty) by the walk alone; a list of
+    :data:`MAX_LISTED` says there may be more."""
+    found = found[:MAX_LISTED]
     if len(found) == 1:
         return DecodeError(found[0].message, found)
     what = ("unknown fields" if all(p.code == "unknown_field" for p in found) else
             "values are not JSON objects" if all(map(is_shape, found)) else "invalid fields")
-    return DecodeError(f"{len(found)} {what}; the first: {found[0].message}", found)
+    n = f"{len(found)} or more" if len(found) == MAX_LISTED else str(len(found))
+    more = f" (the first {MAX_LISTED} are listed)" if len(found) == MAX_LISTED else ""
+    return DecodeError(f"{n} {what}{more}; the first: {found[0].message}", found)
 
 
 def merged(first: DecodeError, found: list[Diagnostic]) -> DecodeError:
