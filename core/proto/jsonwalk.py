@@ -80,8 +80,32 @@ def by_json_name(desc: Any) -> dict[str, Any]:
     return {f.json_name: f for f in desc.fields}
 
 
-def _field(desc: Any, key: str) -> Any:
-    return desc.fields_by_name.get(key) or by_json_name(desc).get(key)
+@cache
+def _plan(desc: Any) -> dict[str, tuple[Any, str, bool, Any, type | None]]:
+    """Per JSON key of message type ``desc`` (proto and lowerCamelCase names): the field,
+    its proto name, whether it is a text field, the message type the walk enters (``None``
+    for scalars, maps and well-known types, which json_format is asked about), and the one
+    Python type json_format surely takes (str for a string or a text field, bool for a
+    bool), if any."""
+    out = {}
+    for f in desc.fields:
+        m = f.message_type
+        if m is not None and (m.GetOptions().map_entry
+                              or m.full_name.startswith("google.protobuf.")):
+            m = None
+        is_text = (desc.full_name, f.name) in TEXT_BYTES_FIELDS
+        plain = str if is_text else None if f.message_type is not None else {
+            _FD.TYPE_STRING: str, _FD.TYPE_BOOL: bool}.get(f.type)
+        out[f.name] = out[f.json_name] = (f, f.name, is_text, m, plain)
+    return out
+
+
+def _before(obj: dict[str, Any], a: str, b: str) -> bool:
+    """Whether key ``a`` comes before key ``b`` in ``obj``."""
+    for k in obj:
+        if k == a or k == b:
+            return k == a
+    return False
 
 
 def surely_taken(field: Any, value: Any) -> bool:
@@ -183,28 +207,36 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
             refused_in.add(op)
 
     def walk(value: Any, d: Any, path: str, op: str) -> None:
+        plan = _plan(d)
         if d.full_name == "caffe2.OperatorDef":
             op = path
-        spelled: dict[str, str] = {}
         for key, inner in value.items():
             visits[0] += 1
             if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
                 raise _Stop
-            f = _field(d, key)
-            if f is None:
+            k_plan = plan.get(key)
+            if k_plan is None:
                 problems.append(unknown_problem(d, key, f"{path}.{key}" if path else key))
                 continue
-            here = f"{path}.{f.name}" if path else f.name
-            if f.name in spelled:  # (both spellings of one field)
-                if value[spelled[f.name]] != inner and op not in refused_in:
+            f, name, is_text, m, plain = k_plan
+            if key != name and name in value:  # (both spellings of one field)
+                if value[name] != inner and op not in refused_in:
                     refused_in.add(op)
+                    here = f"{path}.{name}" if path else name
+                    first, second = (name, key) if _before(value, name, key) else (key, name)
                     problems.append(Diagnostic(
-                        "error", "invalid_field", twice(here, spelled[f.name], key), path=here))
-                continue
-            spelled[f.name] = key
+                        "error", "invalid_field", twice(here, first, second), path=here))
+                continue  # (the value under the proto name is walked)
             if inner is None:
                 continue  # (null: unset, as json_format reads it)
-            if (d.full_name, f.name) in TEXT_BYTES_FIELDS:
+            repeated, t = f.is_repeated, type(inner)
+            if plain is not None:  # (a string or bool field: its type is all json_format asks)
+                if t is plain if not repeated else (
+                        t is list and all(type(x) is plain for x in inner)):
+                    visits[0] += len(inner) if repeated else 0
+                    continue
+            here = f"{path}.{name}" if path else name
+            if is_text:
                 try:
                     inner = text(f, inner, here)  # (as base64, as json_format reads it)
                 except DecodeError as exc:
@@ -213,32 +245,29 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
                         problems.extend(exc.problems[:1] or [Diagnostic(
                             "error", "invalid_field", exc.message, path=here)])
                     continue
-                if type(inner) is str if not f.is_repeated else type(inner) is list:
+                if type(inner) is str if not repeated else type(inner) is list:
                     continue  # (text made base64 by us: taken)
-            m = f.message_type
-            nested = (m is not None and not m.GetOptions().map_entry
-                      and not m.full_name.startswith("google.protobuf."))
-            if f.is_repeated and type(inner) is not list:
-                ask(d, key, inner, f.name, here, op)  # (json_format words "a JSON array")
+            if repeated and t is not list:
+                ask(d, key, inner, name, here, op)  # (json_format words "a JSON array")
                 continue
-            if not f.is_repeated:
-                if nested and type(inner) is dict:
+            if not repeated:
+                if m is not None and t is dict:
                     walk(inner, m, here, op)
-                elif nested:
+                elif m is not None:
                     problems.append(shape_problem(m, inner, here))
                 elif not surely_taken(f, inner):
-                    ask(d, key, inner, f.name, here, op)
+                    ask(d, key, inner, name, here, op)
                 continue
             for k, item in enumerate(inner):
                 visits[0] += 1
                 if visits[0] > MAX_VISITS or len(problems) >= MAX_LISTED:
                     raise _Stop
-                if nested and type(item) is dict:
+                if m is not None and type(item) is dict:
                     walk(item, m, f"{here}[{k}]", op)
-                elif nested:
+                elif m is not None:
                     problems.append(shape_problem(m, item, f"{here}[{k}]"))
                 elif not surely_taken(f, item):
-                    ask(d, key, [item], f"{f.name}[0]", f"{here}[{k}]", op)
+                    ask(d, key, [item], f"{name}[0]", f"{here}[{k}]", op)
 
     if type(obj) is dict:
         try:
