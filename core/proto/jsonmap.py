@@ -283,7 +283,7 @@ def _located(exc: Exception, work: Any, cls: type[message.Message]) -> DecodeErr
         if (field.message_type is None and field.type not in (_FD.TYPE_STRING, _FD.TYPE_BYTES)
                 and type(value) in (str, int, float, bool)
                 and not jsonwalk.surely_taken(field, value)):  # (["x"] is no list of ints)
-            return DecodeError.at(f"{head} of {_elements(field)}, got {got}", path=path,
+            return DecodeError.at(f"{head} of {_wanted(field, plural=True)}, got {got}", path=path,
                                   code="invalid_field")
         return DecodeError.at(f"{head}, got {got}; for one value, a list of it: {one}",
                               path=path, code="invalid_field")
@@ -409,34 +409,23 @@ class _GiveUp(Exception):
     """:func:`_locate` asked json_format about too many values."""
 
 
-def _wanted(field: Any) -> str:
-    """What a field's value is, in words."""
+def _wanted(field: Any, plural: bool = False) -> str:
+    """What a field's value is (``plural``: what its elements are), in words."""
+    t = field.type
     if field.message_type is not None:
-        return f"a JSON object ({field.message_type.name})"
-    t = field.type
-    if t in _INT_TYPES:
-        return f"an integer ({_INT_TYPES[t]})"
-    if t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
-        return "a number"
-    if t == _FD.TYPE_BOOL:
-        return "true or false, without quotes"
-    if t == _FD.TYPE_ENUM:
-        return "one of " + ", ".join(v.name for v in field.enum_type.values)
-    return "a string"  # (bytes: base64, or text for Argument.s / strings)
-
-
-def _elements(field: Any) -> str:
-    """What the elements of a repeated scalar field are, in words (plural)."""
-    t = field.type
-    if t in _INT_TYPES:
-        return f"integers ({_INT_TYPES[t]})"
-    if t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
-        return "numbers"
-    if t == _FD.TYPE_BOOL:
-        return "true or false values"
-    if t == _FD.TYPE_ENUM:
-        return "enum values (" + ", ".join(v.name for v in field.enum_type.values) + ")"
-    return "values"
+        one, many = f"a JSON object ({field.message_type.name})", "JSON objects"
+    elif t in _INT_TYPES:
+        one, many = f"an integer ({_INT_TYPES[t]})", f"integers ({_INT_TYPES[t]})"
+    elif t in (_FD.TYPE_FLOAT, _FD.TYPE_DOUBLE):
+        one, many = "a number", "numbers"
+    elif t == _FD.TYPE_BOOL:
+        one, many = "true or false, without quotes", "true or false values"
+    elif t == _FD.TYPE_ENUM:
+        names = ", ".join(v.name for v in field.enum_type.values)
+        one, many = f"one of {names}", f"enum values ({names})"
+    else:  # (bytes: base64, or text for Argument.s / strings)
+        one, many = "a string", "strings"
+    return many if plural else one
 
 
 #: json_format's words for an unknown key, with the path of the message that holds it.
