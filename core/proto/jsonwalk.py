@@ -1,15 +1,16 @@
 """Every problem of a JSON Caffe2 message, on the error path of :mod:`core.proto.jsonmap`.
 
-json_format stops at the first value it refuses. When it has refused one, the walks here go
-over the whole decoded body, so that an answer names each unknown key, each wrongly typed
-value and each string where a message belongs, in body order, not only the first. They
-decide nothing on their own: a value is only called wrong after json_format refused that
+json_format stops at the first value it refuses. When it has refused one (or before it
+parses a NetDef of many ops, ``jsonmap.WALK_FIRST_OPS``), the walk here goes over the whole
+decoded body, so that an answer names each unknown key, each wrongly typed value and each
+string where a message belongs, in body order, not only the first (one value per op). It
+decides nothing on its own: a value is only called wrong after json_format refused that
 very value (asked about it alone, ``{key: value}`` in its parent message), and
 :mod:`core.proto.jsonmap` words each refusal as it words the first one. Values that
 json_format certainly takes (a string for a string field, an int in range for an int
 field...) are not asked about, so a large body with one bad value costs one Python walk
-over its keys, no more: at most :data:`MAX_VISITS` keys and array items, and
-:data:`MAX_LISTED` problems.
+over its keys (about 10 µs per op), no more: at most :data:`MAX_VISITS` keys and array
+items, :data:`MAX_ASKS` questions and :data:`MAX_LISTED` problems.
 
 Source: the protobuf JSON mapping (``google.protobuf.json_format.ParseDict``), spec §1
 (wire schema), and the house rule that a 4xx answer loses no problem.
