@@ -168,7 +168,7 @@ def _every(first: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeEr
     return jsonwalk.merged(first, found)
 
 
-_SEGMENT = re.compile(r"(?P<name>[^.\[\]]+)(?:\[(?P<k>\d+)\])?")
+_SEGMENT = re.compile(r"(?P<name>[^.\[\]]+)(?:\[(?P<k>[0-9]{1,18})\])?")
 
 
 def with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:

@@ -101,6 +101,12 @@ def _plan(desc: Any) -> dict[str, tuple[Any, str, bool, Any, type | None]]:
     return out
 
 
+def _empty(value: Any) -> bool:
+    """Whether ``value`` is ``""`` or ``[]``, which json_format takes for an empty message
+    (it reads the keys of a message's value, and these have none)."""
+    return (type(value) is str or type(value) is list) and not value
+
+
 def _before(obj: dict[str, Any], a: str, b: str) -> bool:
     """Whether key ``a`` comes before key ``b`` in ``obj``."""
     for k in obj:
@@ -255,7 +261,8 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
                 if m is not None and t is dict:
                     walk(inner, m, here, op)
                 elif m is not None:
-                    problems.append(shape_problem(m, inner, here))
+                    if not _empty(inner):
+                        problems.append(shape_problem(m, inner, here))
                 elif not surely_taken(f, inner):
                     ask(d, key, inner, name, here, op)
                 continue
@@ -266,7 +273,8 @@ def every_problem(obj: Any, desc: Any, locate: Locate, text: TextCheck) -> list[
                 if m is not None and type(item) is dict:
                     walk(item, m, f"{here}[{k}]", op)
                 elif m is not None:
-                    problems.append(shape_problem(m, item, f"{here}[{k}]"))
+                    if not _empty(item):
+                        problems.append(shape_problem(m, item, f"{here}[{k}]"))
                 elif not surely_taken(f, item):
                     ask(d, key, [item], f"{name}[0]", f"{here}[{k}]", op)
 

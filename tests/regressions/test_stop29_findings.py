@@ -220,3 +220,26 @@ def test_a_key_given_twice_is_named_in_body_order_and_once_per_op() -> None:
         jsonmap.from_json({"op": ops}, caffe2_pb2.NetDef)
     assert [p.path for p in info.value.problems] == ["op[0].output[0]", "op[1].control_input"]
     assert "given twice" in info.value.problems[1].message
+
+
+@pytest.mark.parametrize("edit", [{"device_option": ""}, {"device_option": []},
+                                  {"arg": [""]}, {"arg": [[]]}])
+def test_an_empty_string_or_array_for_a_message_stays_taken_in_a_large_net(
+        edit: dict[str, object]) -> None:
+    """json_format takes ``""`` and ``[]`` for an empty message; the walk that runs first on
+    a net of more than ``WALK_FIRST_OPS`` ops must not refuse them (review finding)."""
+    from core.proto import jsonmap
+
+    for n in (2, jsonmap.WALK_FIRST_OPS + 10):
+        ops = [_relu(f"b{k}", f"b{k + 1}") for k in range(n)]
+        ops[0].update(edit)
+        net = jsonmap.from_json({"op": ops}, caffe2_pb2.NetDef)
+        assert len(net.op) == n
+
+
+def test_an_unknown_key_with_a_huge_index_is_a_400() -> None:
+    net = {"op": [_relu()], "op[" + "1" * 5000 + "]": 1}
+    with _client() as c:
+        r = c.post("/v1/gradients/net", json={"net": net, "ys": ["y"]})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["errors"][0]["code"] == "unknown_field"
