@@ -506,7 +506,7 @@ def _required_hint(route: str, path: str) -> str | None:
     leaf = path.rsplit(".", 1)[-1]
     schema = SCHEMAS.get(parent.full_name.removeprefix("netgrad.v1."), {})
     text = schema.get("properties", {}).get(leaf, {}).get("description")
-    return f"what it holds: {text}" if text else None
+    return f"what it holds: {text.rstrip('.')}" if text else None
 
 
 def with_hints(route: str, problems: Sequence[Diagnostic]) -> list[Diagnostic]:

@@ -26,6 +26,7 @@ from google.protobuf import descriptor, message, message_factory
 from api_schemas import netgrad_pb2
 from core.errors import DecodeError
 from core.proto import jsonmap as caffe2_json
+from core.proto import jsonwalk
 from core.types import Diagnostic
 
 M = TypeVar("M", bound=message.Message)
@@ -248,7 +249,7 @@ def _caffe2_list(f: Any, value: list[Any], path: str, caffe2: Caffe2Reader,
         raise bad[0]
     if bad:
         found = [p for exc in bad for p in exc.problems]
-        raise DecodeError(f"{len(found)} invalid fields; the first: {found[0].message}", found)
+        raise DecodeError(f"{jsonwalk.counted(found)}; the first: {found[0].message}", found)
     return out
 
 

@@ -27,7 +27,7 @@ from app.api import jsonmap, misrouted
 from app.api.hints import refuse_other_media
 from app.api.negotiation import Body, Media, json_bytes, json_only, protobuf_fallback
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
-from core.proto import codec, limits
+from core.proto import codec, jsonwalk, limits
 from core.proto import jsonmap as core_jsonmap
 from core.types import Diagnostic, GradientSlice, GradValue
 from core.verify import InputSpec, RandomSpec, TensorSpec, VerifyOptions, VerifyReport
@@ -261,7 +261,7 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
                             for p in located]
                 count, sep, _ = exc.message.partition("; the first: ")  # ("N invalid fields")
                 if not sep:
-                    count = f"{len(problems)} invalid fields"
+                    count = jsonwalk.counted(problems)
                 raise DecodeError(f"{count}; the first: {problems[0].message}",
                                   problems) from exc
             inner = located[0] if located else None

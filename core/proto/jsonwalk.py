@@ -304,11 +304,19 @@ def refusal(found: list[Diagnostic]) -> DecodeError:
     found = found[:MAX_LISTED]
     if len(found) == 1:
         return DecodeError(found[0].message, found)
-    what = ("unknown fields" if all(p.code == "unknown_field" for p in found) else
-            "values are not JSON objects" if all(map(is_shape, found)) else "invalid fields")
-    n = f"{len(found)} or more" if len(found) == MAX_LISTED else str(len(found))
-    more = f" (the first {MAX_LISTED} are listed)" if len(found) == MAX_LISTED else ""
-    return DecodeError(f"{n} {what}{more}; the first: {found[0].message}", found)
+    return DecodeError(f"{counted(found)}; the first: {found[0].message}", found)
+
+
+def counted(found: list[Diagnostic]) -> str:
+    """``3 invalid fields``, ``2 unknown fields``, ``4 invalid or unknown fields``... for a
+    list of problems; a list of :data:`MAX_LISTED` says there may be more."""
+    unknown = sum(p.code == "unknown_field" for p in found)
+    what = ("unknown fields" if unknown == len(found) else
+            "values are not JSON objects" if all(map(is_shape, found)) else
+            "invalid or unknown fields" if unknown else "invalid fields")
+    if len(found) >= MAX_LISTED:
+        return f"{len(found)} or more {what} (the first {len(found)} are listed)"
+    return f"{len(found)} {what}"
 
 
 def merged(first: DecodeError, found: list[Diagnostic]) -> DecodeError:

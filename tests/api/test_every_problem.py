@@ -84,7 +84,7 @@ def test_the_single_op_route_names_each_bad_field_once(client: TestClient) -> No
                                               "g_output": ["g"]})
     body = assert_problem(r, 400)
     assert [e["path"] for e in body["errors"]] == ["op.foo", "op.engine", "op.bar"]
-    assert body["detail"].startswith("3 invalid fields; the first: op.foo")
+    assert body["detail"].startswith("3 invalid or unknown fields; the first: op.foo")
 
 
 def test_a_key_given_twice_is_kept_beside_the_others(client: TestClient) -> None:

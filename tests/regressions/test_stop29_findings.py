@@ -52,9 +52,9 @@ def test_a_list_hint_is_given_only_for_a_value_the_list_would_take(ys: object, h
 
 
 @pytest.mark.parametrize(("route", "body", "field", "words"), [
-    ("/v1/run", {"net": {"op": []}}, "fetch", "Blobs to return, in this order."),
+    ("/v1/run", {"net": {"op": []}}, "fetch", "Blobs to return, in this order"),
     ("/v1/gradients/op", {"g_output": ["g"]}, "op", "The forward op"),
-    ("/v1/run", {"fetch": ["y"]}, "net", "The forward net."),
+    ("/v1/run", {"fetch": ["y"]}, "net", "The forward net"),
 ])
 def test_a_missing_required_field_says_what_it_holds(route: str, body: dict[str, object],
                                                       field: str, words: str) -> None:
@@ -141,7 +141,7 @@ def test_the_cli_lists_several_problems_once_each(tmp_path: Path,
     net.write_text(json.dumps({"op": ops}))
     assert cli.main(["grad", str(net), "--ys", "z"]) == 1
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == "netgrad: decode_error: 2 invalid fields"
+    assert err.splitlines()[0] == "netgrad: decode_error: 2 invalid or unknown fields"
     assert "  - invalid_field at op[0].arg[0].i: expected an integer (int64), got 'z'" in err
     assert err.count("op[0].arg[0].i") == 1 and err.count("op[1].bad") == 1, err
 
