@@ -375,7 +375,7 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
         if where and str(p.get("message", "")).startswith(f"{p['path']}: "):
             p = {**p, "message": p["message"][len(p["path"]) + 2:]}  # (its path, once)
         # (one problem whose words the headline already gave, remote or local)
-        said = len(errors) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
+        said = len(listed) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
         print(f"  - {p.get('code')}{where}" + ("" if said else f": {p.get('message')}"),
               file=sys.stderr)
     codes = {p.get("code") for p in errors if isinstance(p, dict)}

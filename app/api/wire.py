@@ -259,11 +259,8 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
             if len(located) > 1:  # every unknown key and refused value below the field
                 problems = [replace(p, message=f"{path}.{p.message}", path=f"{path}.{p.path}")
                             for p in located]
-                count, sep, _ = exc.message.partition("; the first: ")  # ("N invalid fields")
-                if not sep:
-                    count = jsonwalk.counted(problems)
-                raise DecodeError(f"{count}; the first: {problems[0].message}",
-                                  problems) from exc
+                raise DecodeError(f"{jsonwalk.counted(problems)}; the first: "
+                                  f"{problems[0].message}", problems) from exc
             inner = located[0] if located else None
             if inner is not None:  # located below the field (unknown key)
                 message = f"{path}.{exc.message}"

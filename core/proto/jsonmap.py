@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import difflib
 import json
 import re
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from google.protobuf import descriptor, json_format, message, message_factory
 from api_schemas import TEXT_BYTES_FIELDS
 from core.errors import DecodeError
 from core.proto import jsonfast, jsonwalk
+from core.types import Diagnostic
 
 M = TypeVar("M", bound=message.Message)
 
@@ -115,8 +115,9 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         got = _JSON_KINDS.get(type(obj).__name__, type(obj).__name__)
         raise DecodeError(f"expected a JSON object ({cls.DESCRIPTOR.name}), got {got}")
     ops = obj.get("op") if cls.DESCRIPTOR.full_name == "caffe2.NetDef" else None
-    if type(ops) is list and len(ops) > WALK_FIRST_OPS:
-        _refuse_by_walk(obj, cls)
+    walked = _walk(obj, cls) if type(ops) is list and len(ops) > WALK_FIRST_OPS else None
+    if walked:
+        raise with_ops(jsonwalk.refusal(walked), obj, cls)
     work = None
     try:
         work = _walk_text_fields(obj, cls.DESCRIPTOR, _text_to_b64)
@@ -124,12 +125,12 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
             work, cls(), ignore_unknown_fields=False, max_recursion_depth=MAX_MESSAGE_DEPTH
         )
     except DecodeError as exc:  # (a text field's value, from _walk_text_fields)
-        raise with_ops(_every(exc, obj, cls), obj, cls) from exc
+        raise with_ops(_every(exc, obj, cls, walked), obj, cls) from exc
     except (json_format.ParseError, ValueError, TypeError, AttributeError,
             OverflowError) as exc:
         unknown = _unknown_field(exc, cls) if isinstance(exc, json_format.ParseError) else None
         first = unknown if unknown is not None else _located(exc, work, cls)
-        raise with_ops(_every(first, obj, cls), obj, cls) from exc
+        raise with_ops(_every(first, obj, cls, walked), obj, cls) from exc
     except SystemError as exc:  # upb, on a key json_format takes from a string (lone surrogate)
         raise DecodeError(
             f"invalid JSON {cls.DESCRIPTOR.name}: a message is given as a string or array "
@@ -140,26 +141,27 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
 #: A NetDef of more ops than this is walked (:mod:`core.proto.jsonwalk`) before json_format
 #: parses it: when the walk finds a problem, the body is refused in one Python pass over
 #: its keys instead of json_format's parse and the bisection that locates its first refusal
-#: (about three parses; 6.4 s for 200,000 ops).
+#: (about three parses; 6.4 s for 200,000 ops); when it finds none, json_format's refusal
+#: (if any) is not walked again.
 WALK_FIRST_OPS = 1000
 
 
-def _refuse_by_walk(obj: dict[str, Any], cls: type[message.Message]) -> None:
-    """Raise the DecodeError of every problem the walk finds in ``obj``; return if none."""
+def _walk(obj: Any, cls: type[message.Message]) -> list[Diagnostic] | None:
+    """:func:`core.proto.jsonwalk.every_problem` of ``obj``, or ``None`` if the walk itself
+    failed (a listing aid only: never a reason to fail otherwise)."""
     try:
-        found = jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
-    except Exception:  # noqa: BLE001 - a shortcut only: json_format decides otherwise
-        return
-    if found:
-        raise with_ops(jsonwalk.refusal(found), obj, cls)
+        return jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
+    except Exception:  # noqa: BLE001
+        return None
 
 
-def _every(first: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeError:
+def _every(first: DecodeError, obj: Any, cls: type[message.Message],
+           found: list[Diagnostic] | None = None) -> DecodeError:
     """``first`` (the first refusal) with every other problem of ``obj`` (json_format stops
-    at the first; :func:`core.proto.jsonwalk.every_problem` finds the rest)."""
-    try:
-        found = jsonwalk.every_problem(obj, cls.DESCRIPTOR, _located, _check_text)
-    except Exception:  # noqa: BLE001 - a listing aid only: never a reason to fail otherwise
+    at the first; the walk finds the rest, or ``found`` is what it found already)."""
+    if found is None:
+        found = _walk(obj, cls)
+    if found is None:
         return first
     if any(map(jsonwalk.is_shape, found)):
         # json_format reads a string or an array where a message belongs key by key (its
@@ -442,7 +444,8 @@ def _unknown_field(exc: Exception, cls: type[message.Message]) -> DecodeError | 
     name, at = found["name"], found["at"]
     inner = at.split(".", 1)[1] if "." in at else ""  # drop the top type's name
     path = f"{inner}.{name}" if inner else name
-    text = f"{path}: unknown field of {found['type']}{field_hint(cls, found['type'], name)}"
+    hint = jsonwalk.field_hint(*nearest_field(cls, found["type"], name))
+    text = f"{path}: unknown field of {found['type']}{hint}"
     return DecodeError.at(text, path=path, code="unknown_field")
 
 
@@ -453,18 +456,9 @@ def nearest_field(cls: type[message.Message], type_name: str, name: str
     (an unknown type has no fields)."""
     try:
         desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(type_name)
-        fields = [f.name for f in desc.fields]
     except KeyError:
-        fields = []
-    close = difflib.get_close_matches(name, fields, n=1)
-    return (close[0] if close else None), fields
-
-
-def field_hint(cls: type[message.Message], type_name: str, name: str) -> str:
-    """``; did you mean 'x'? (its fields: ...)`` for unknown field ``name`` of ``type_name``."""
-    close, fields = nearest_field(cls, type_name, name)
-    hint = f"; did you mean {close!r}?" if close else ""
-    return hint + (f" (its fields: {', '.join(fields)})" if fields else "")
+        desc = None
+    return jsonwalk.nearest(desc, name)
 
 
 def _b64_to_text(value: str, where: str) -> str:

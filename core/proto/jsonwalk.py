@@ -159,13 +159,23 @@ def is_shape(p: Diagnostic) -> bool:
     return p.code == "invalid_field" and ": expected a JSON object (" in p.message
 
 
+def nearest(desc: Any, name: str) -> tuple[str | None, list[str]]:
+    """The field of message type ``desc`` nearest to unknown ``name`` (``None``: none is
+    close), and all its field names (none for ``desc`` ``None``)."""
+    fields = [f.name for f in desc.fields] if desc is not None else []
+    close = difflib.get_close_matches(name, fields, n=1)
+    return (close[0] if close else None), fields
+
+
+def field_hint(close: str | None, fields: list[str]) -> str:
+    """``; did you mean 'x'? (its fields: ...)``, from :func:`nearest`."""
+    hint = f"; did you mean {close!r}?" if close else ""
+    return hint + (f" (its fields: {', '.join(fields)})" if fields else "")
+
+
 def unknown_problem(desc: Any, key: str, here: str) -> Diagnostic:
     """The problem of unknown key ``key`` of message type ``desc`` at path ``here``."""
-    fields = [x.name for x in desc.fields]
-    close = difflib.get_close_matches(key, fields, n=1)
-    text = f"{here}: unknown field of {desc.full_name}"
-    text += f"; did you mean {close[0]!r}?" if close else ""
-    text += f" (its fields: {', '.join(fields)})" if fields else ""
+    text = f"{here}: unknown field of {desc.full_name}{field_hint(*nearest(desc, key))}"
     return Diagnostic("error", "unknown_field", text, path=here)
 
 

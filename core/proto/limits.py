@@ -511,10 +511,14 @@ def check_op_count(msg: Any, max_ops: int) -> None:
         LimitExceededError: code ``too_many_ops``, ``too_many_args`` or ``too_many_subnets``.
     """
     budget = OpBudget(max_ops, msg)
-    fields = list(_top_level(msg))
-    budget.arguments(sum(len(own) + sum(len(op.arg) for op in ops) for ops, own in fields))
-    found = sum(len(arg.nets) for ops, _ in fields for op in ops for arg in op.arg)
-    if found > max_ops:
+    args = nets = 0
+    for ops, own in _top_level(msg):
+        args += len(own)
+        for op in ops:
+            args += len(op.arg)
+            nets += sum(len(arg.nets) for arg in op.arg)
+    budget.arguments(args)
+    if nets > max_ops:
         raise too_many_subnets(max_ops)
 
 
