@@ -219,6 +219,13 @@ def many_ops_json(n: int) -> bytes:
     return json.dumps({"net": {"op": ops}, "ys": [f"b{n}"]}).encode()
 
 
+def chain_json(n: int) -> bytes:
+    """A valid JSON request whose net is a chain of ``n`` Relu / Tanh ops."""
+    ops = [{"type": "Relu" if k % 2 else "Tanh", "input": [f"b{k}"], "output": [f"b{k + 1}"]}
+           for k in range(n)]
+    return json.dumps({"net": {"name": "chain", "op": ops}, "ys": [f"b{n}"]}).encode()
+
+
 def many_ops_text(n: int) -> bytes:
     """A text-format request whose net holds ``n`` ops ``op { type: "R" }``."""
     return b"net { " + b'op { type: "R" } ' * n + b'} ys { blob: "y" }'
@@ -460,6 +467,8 @@ def main() -> None:
              many_ops_binary(4_000_000, bad_last=True), PB),
             ("text, 500 000 ops", many_ops_text(500_000), TEXT),
             ("JSON, 200 000 ops, the last output a number", many_ops_json(200_000), JSON),
+            ("JSON, 20 000 ops, valid (not hostile: a large body's scan)",
+             chain_json(20_000), JSON),
             ("binary, one op with 500 000 empty sub-nets", empty_subnets_binary(500_000), PB),
         ]
         reps = 2 if ns.quick else 5

@@ -10,7 +10,7 @@ Every POST route passes through :func:`app.api.deps.serve`, which asks an :class
 * **large bodies** - a body above ``large_body_bytes`` (declared, or once that much has
   arrived) needs one of ``max_large_bodies`` slots, held until its answer is built; 503
   ``overloaded`` when none is free. JSON bodies holding a slot are scanned while they stream
-  in (:class:`core.proto.jsonscan.JsonScan`: op count, sub-net depth, containers), so an
+  in (:class:`core.proto.jsonscan.BoundedScan`: op count, sub-net depth, containers), so an
   over-limit body is refused before ``json.loads`` materialises it. Generation for a large
   body runs in a recycled subprocess (:mod:`app.api.isolation`); a second after the last
   large body is done the server returns freed memory to the OS (:func:`release_memory`);
@@ -43,7 +43,7 @@ from starlette.requests import Request
 
 from app.errors import ProblemError
 from app.settings import Settings
-from core.proto.jsonscan import JsonScan
+from core.proto.jsonscan import BoundedScan
 
 log = logging.getLogger("netgrad")
 
@@ -174,7 +174,7 @@ class BodyGate:
         self.held = False
         self.seen = 0
         self._early: list[bytes] = []
-        self._scan: JsonScan | None = None
+        self._scan: BoundedScan | None = None
         if declared is not None and declared > admission.settings.large_body_bytes:
             self._acquire()
 
@@ -188,8 +188,8 @@ class BodyGate:
         adm.large += 1
         self.held = True
         if self.json:
-            self._scan = JsonScan(self.max_ops, self.max_depth,
-                                  adm.settings.max_json_containers)
+            self._scan = BoundedScan(self.max_ops, self.max_depth,
+                                     adm.settings.max_json_containers)
 
     def watch(self, chunk: bytes) -> None:
         """See the next chunk: take a slot when the body passes ``large_body_bytes``; scan.
@@ -210,6 +210,12 @@ class BodyGate:
                     self._scan.feed(c)
         if self._scan is not None:
             self._scan.feed(chunk)
+
+    def body_read(self) -> None:
+        """The body has been read whole: drop what the JSON scan kept (the slot stays)."""
+        if self._scan is not None:
+            self._scan.close()
+        self._early = []
 
     def release(self) -> None:
         """Give the slot back; the last large body out returns freed memory to the OS."""

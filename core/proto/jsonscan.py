@@ -20,6 +20,11 @@ holds
 
 It only tokenises (strings, braces, brackets, colons); whether the JSON is valid is left to
 the parser. Structural characters are ASCII, so UTF-8 bytes are scanned as they come.
+
+The service feeds the body to :class:`BoundedScan`, which runs :class:`JsonScan` only once
+byte counts (done in C) show that a limit could be crossed: a body far below every limit,
+as real nets are, costs a few ``bytes.count`` calls per chunk instead of a Python scan of
+its tokens (``bench/README.md`` §5j).
 """
 
 from __future__ import annotations
@@ -30,9 +35,26 @@ from dataclasses import dataclass
 from core.errors import LimitExceededError
 from core.proto.limits import too_many_ops, too_many_subnets
 
-# A complete string, a lone quote (a string that runs past the chunk), or a structural byte
-# (commas are not needed: a key is always the string just before a colon).
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[{}\[\]:]')
+_STR = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_STRING = re.compile(_STR)
+_PLAIN = rb'[^\[\]{}"]*+'  # bytes outside strings that are no bracket or brace
+_FLAT = _PLAIN + rb'(?:' + _STR + _PLAIN + rb')*+'  # what a flat array / object holds
+_FLAT_ANY = rb'\[' + _FLAT + rb'\]|\{' + _FLAT + rb'\}'
+_TWO = _PLAIN + rb'(?:(?:' + _STR + rb'|' + _FLAT_ANY + rb')' + _PLAIN + rb')*+'
+_TWO_ANY = rb'\[' + _TWO + rb'\]|\{' + _TWO + rb'\}'
+_THREE = _PLAIN + rb'(?:(?:' + _STR + rb'|' + _TWO_ANY + rb')' + _PLAIN + rb')*+'
+_REST = (_STR[:1] + rb'(' + _STR[1:-1] + rb')"[ \t\n\r]*+:|' + _STR + rb'|"|[{}\[\]:]')
+# Tokens, the first that matches: an object whose arrays and objects nest at most two levels
+# inside it (an op without sub-nets, read as one token where none of its keys matters), an
+# array that holds no array or object, a key with its colon, a complete string, a lone quote
+# (a string that runs past the chunk), or a structural byte (commas are not needed: a key is
+# always the string just before a colon). Possessive quantifiers: a failed match is never
+# retried inside, so every byte is looked at a bounded number of times.
+_TOKEN = re.compile(rb'\{' + _THREE + rb'\}|\[' + _FLAT + rb'\]|' + _REST)
+# Within such an object: flat arrays and objects, keys, strings, structural bytes.
+_INNER = re.compile(_FLAT_ANY + rb'|' + _REST)
+#: Keys that make an object's inside matter (ops, sub-nets; raw bytes, as the scan reads keys).
+_KEYS_THAT_COUNT = (b'"op"', b'"n"', b'"nets"')
 # The rest of a string that started in an earlier chunk, up to its closing quote.
 _STRING_END = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"')
 #: Bytes of a string kept as a possible key or op type / argument name.
@@ -94,18 +116,29 @@ class JsonScan:
             pos = self._finish_string(chunk)
             if pos < 0:
                 return
-        for m in _TOKEN.finditer(chunk, pos):
+        self._tokens(chunk, pos, _TOKEN)
+
+    def _tokens(self, chunk: bytes, pos: int, regex: re.Pattern[bytes]) -> None:
+        for m in regex.finditer(chunk, pos):
             tok = m.group()
             c = tok[0]
             if c == 0x22:  # '"'
-                if len(tok) == 1 or (tok[-1] != 0x22 or _odd_backslashes(tok)):
+                if tok[-1] == 0x3A:  # a key and its colon
+                    self._key(m.group(1))
+                    continue
+                if len(tok) == 1:  # (the regex never ends a string on an escaped quote)
                     self._start_partial(chunk, m.start())
                     return
                 self._string(tok[1:-1])
             elif c == 0x3A:  # ':'
                 self._colon()
             elif c in (0x7B, 0x5B):  # '{' '['
-                self._open(c == 0x7B)
+                if len(tok) == 1:
+                    self._open(c == 0x7B)
+                elif c == 0x5B or regex is _INNER:
+                    self._flat(c == 0x7B)
+                else:
+                    self._object(tok)
             else:
                 if self._stack:
                     self._commit(self._stack.pop())
@@ -157,6 +190,17 @@ class JsonScan:
         elif top.candidate_key == b"name":
             top.arg_name = top.candidate.decode("utf-8", "replace")
         top.candidate = None
+
+    def _key(self, value: bytes) -> None:
+        """A string and the colon after it (:meth:`_string` then :meth:`_colon`)."""
+        top = self._stack[-1] if self._stack else None
+        if top is not None:
+            self._commit(top)
+            if top.is_object:
+                top.candidate = None
+                top.last_key = value
+                top.expect_value = True
+        self._last_string = None
 
     def _colon(self) -> None:
         top = self._stack[-1] if self._stack else None
@@ -221,6 +265,57 @@ class JsonScan:
                     )
         self._stack.append(frame)
 
+    def _flat(self, is_object: bool) -> None:
+        """An array or object that holds no array or object: :meth:`_open` and its close
+        at once (no frame kept; where it is a sub-net, by :meth:`_open` itself)."""
+        stack = self._stack
+        parent = stack[-1] if stack else None
+        if parent is None or len(stack) >= MAX_NESTING or self.containers >= self.max_containers:
+            self._open(is_object)
+            stack.pop()
+            self._last_string = None
+            return
+        self._commit(parent)
+        if parent.is_object:
+            key = parent.last_key
+        else:
+            key = parent.key
+        if is_object and key in (b"n", b"nets"):
+            self._open(is_object)
+            stack.pop()
+            self._last_string = None
+            return
+        self.containers += 1
+        if parent.is_object:
+            parent.expect_value = False
+        else:
+            parent.children += 1
+        self._last_string = None
+        if is_object and key == b"op":
+            self.ops += 1
+            if self.ops > self.max_ops:
+                raise too_many_ops(self.max_ops)
+
+    def _object(self, tok: bytes) -> None:
+        """A whole object whose arrays and objects nest at most two levels inside it: one
+        container for every ``{`` / ``[`` outside its strings; read token by token where a
+        key in it (or its own) makes an op or a sub-net, or where a limit is near."""
+        bare = _STRING.sub(b"", tok)
+        inner = bare.count(b"{") + bare.count(b"[") - 1
+        if inner == 0:
+            self._flat(True)
+            return
+        stack = self._stack
+        parent = stack[-1] if stack else None
+        if (parent is None or len(stack) + 3 > MAX_NESTING
+                or self.containers + 1 + inner > self.max_containers
+                or (parent.last_key if parent.is_object else parent.key) in (b"n", b"nets")
+                or any(k in tok for k in _KEYS_THAT_COUNT)):
+            self._tokens(tok, 0, _INNER)
+            return
+        self._flat(True)  # the object itself (an op, maybe)
+        self.containers += inner
+
     def _op_frame(self) -> _Frame | None:
         for f in reversed(self._stack):
             if f.op_index >= 0:
@@ -239,11 +334,65 @@ class JsonScan:
         return f"{prefix}{op_part}/{name}"
 
 
-def _odd_backslashes(tok: bytes) -> bool:
-    """A token ``"..."`` whose closing quote is escaped (cannot happen with the regex, kept
-    for safety)."""
-    n = len(tok) - 1 - len(tok[:-1].rstrip(b"\\"))
-    return n % 2 == 1
+class BoundedScan:
+    """:class:`JsonScan` run only where a count made in C says a limit could be crossed.
+
+    Each chunk's ``{`` and ``[`` bytes and its ``"n"`` / ``"nets"`` substrings are counted
+    (``bytes.count``; those in strings too, so every count is at least what
+    :class:`JsonScan` would count):
+
+    * JSON objects + arrays <= the ``{`` and ``[`` bytes;
+    * ops, and sub-nets, <= the ``{`` bytes less one: each is an object inside another object
+      (the one holding the ``"op"`` / ``"n"`` / ``"nets"`` key);
+    * sub-net depth <= the ``"n"`` / ``"nets"`` keys (one per level).
+
+    While every bound stays within its limit no limit can be crossed, and the chunks are
+    only kept (referenced, not copied). Once one is crossed, a :class:`JsonScan` reads the
+    kept chunks and every later one: it refuses the body at the same byte as a scan from the
+    first chunk would, with the same problem. What is not bounded while no scan runs is
+    bracket nesting (:data:`MAX_NESTING`, the scan's own memory): with no scan there are no
+    frames, and ``json.loads`` refuses a body nested over about 1,000 levels itself.
+
+    Args / Raises: as :class:`JsonScan`.
+    """
+
+    def __init__(self, max_ops: int, max_depth: int, max_containers: int) -> None:
+        self.max_ops = max_ops
+        self.max_depth = max_depth
+        self.max_containers = max_containers
+        self.scan: JsonScan | None = None
+        self._kept: list[bytes] = []
+        self._objects = 0
+        self._containers = 0
+        self._subnet_keys = 0
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Count the next bytes of the body; scan them (and those kept) once a bound is
+        crossed."""
+        if self.scan is not None:
+            self.scan.feed(chunk)
+            return
+        objects = chunk.count(b"{")
+        self._objects += objects
+        self._containers += objects + chunk.count(b"[")
+        # (a key cut by the chunk boundary is counted in the joint; one wholly on either side
+        # of it may be counted twice: still a bound)
+        joint = self._tail + chunk[:5]
+        self._subnet_keys += (chunk.count(b'"n"') + chunk.count(b'"nets"')
+                              + joint.count(b'"n"') + joint.count(b'"nets"'))
+        self._tail = (self._tail + chunk[-5:])[-5:]
+        self._kept.append(chunk)
+        if (self._objects - 1 > self.max_ops or self._containers > self.max_containers
+                or self._subnet_keys > self.max_depth):
+            self.scan = JsonScan(self.max_ops, self.max_depth, self.max_containers)
+            kept, self._kept = self._kept, []
+            for c in kept:
+                self.scan.feed(c)
+
+    def close(self) -> None:
+        """The body has ended: drop the kept chunks."""
+        self._kept = []
 
 
 def _odd_trailing_backslashes(data: bytes) -> bool:
