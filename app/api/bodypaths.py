@@ -112,9 +112,18 @@ def json_path_at(prefix: str) -> str | None:
         start of a JSON object (no path to name). A
         bad byte inside a key names the object that holds the key.
     """
+    return json_place(prefix)[0]
+
+
+def json_place(prefix: str) -> tuple[str | None, Any]:
+    """:func:`json_path_at` of ``prefix``, and a skeleton of the objects and arrays open
+    where it ends: each object holds the key on the path and the ``type`` string it gave
+    before that point (arrays hold ``None`` before the element on the path), so that
+    :func:`core.proto.jsonmap.with_ops` names the op (index, type) that the path is in.
+    ``(None, None)`` where :func:`json_path_at` gives ``None``."""
     if len(prefix) > MAX_SCAN_CHARS or not prefix.lstrip().startswith("{"):
-        return None
-    # Each frame: [is_object, key or index, expecting a key]
+        return None, None
+    # Each frame: [is_object, key or index, expecting a key, the object's "type" string]
     stack: list[list[Any]] = []
     in_key = False
     for m in _TOKEN.finditer(prefix):
@@ -130,10 +139,15 @@ def json_path_at(prefix: str) -> str | None:
                 except ValueError:
                     top[1] = tok[1:-1]
                 top[2] = False
+            elif top is not None and top[0] and top[1] == "type" and m.group(1):
+                try:
+                    top[3] = json.loads(tok)
+                except ValueError:
+                    pass
         elif tok == "{" or tok == "[":
             if len(stack) >= MAX_SCAN_DEPTH:
-                return None
-            stack.append([True, None, True] if tok == "{" else [False, 0, False])
+                return None, None
+            stack.append([True, None, True, None] if tok == "{" else [False, 0, False, None])
         elif tok in "}]":
             if stack:
                 stack.pop()
@@ -145,15 +159,27 @@ def json_path_at(prefix: str) -> str | None:
                 else:
                     top[1] += 1
     parts: list[str] = []
-    for k, (is_obj, at, _) in enumerate(stack):
+    for k, (is_obj, at, _, _) in enumerate(stack):
         if is_obj:
             if at is None or (in_key and k == len(stack) - 1):
+                stack = stack[:k + 1]
                 break
             parts.append(f".{at}" if parts else str(at))
         else:
             parts.append(f"[{at}]")
     path = "".join(parts)
-    return path or None
+    if not path:
+        return None, None
+    node: Any = None
+    for is_obj, at, _, op_type in reversed(stack):
+        if is_obj:
+            obj: dict[str, Any] = {} if op_type is None else {"type": op_type}
+            if at is not None:
+                obj[at] = node
+            node = obj
+        else:
+            node = [None] * at + [node]
+    return path, node
 
 
 #: A ``\\u`` escape of a UTF-16 surrogate: the only way a lone surrogate gets into a body

@@ -276,7 +276,7 @@ async def read_body(
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
                 err = _not_utf8(total - len(chunk) + exc.start, exc.reason, media,
-                                _bad_byte_path(texts, exc, media))
+                                _bad_byte_path(texts, exc, media), message)
                 if not texts and message is not None:
                     from app.api.hints import binary_as_json_hint, join_hint
 
@@ -289,7 +289,7 @@ async def read_body(
                 texts.append(decoder.decode(b"", final=True))
             except UnicodeDecodeError as exc:
                 raise _not_utf8(total, exc.reason, media,
-                                _bad_byte_path(texts, exc, media)) from exc
+                                _bad_byte_path(texts, exc, media), message) from exc
     except (LimitExceededError, DecodeError):
         if size is None or total < size:  # unread bytes left: do not read them
             request.state.close_connection = True
@@ -299,29 +299,40 @@ async def read_body(
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), None
 
 
-def _bad_byte_path(texts: list[str], exc: UnicodeDecodeError, media: Media) -> str | None:
-    """The JSON field path where a byte that is not UTF-8 stands (``None``: not known).
+def _bad_byte_path(texts: list[str], exc: UnicodeDecodeError, media: Media
+                   ) -> tuple[str | None, Any]:
+    """The JSON field path where a byte that is not UTF-8 stands (``None``: not known), and
+    the skeleton that names its op (:func:`app.api.bodypaths.json_place`).
 
     Only JSON bodies, and only when the text before the byte is short enough to scan
     (:data:`app.api.bodypaths.MAX_SCAN_CHARS`): a hostile body stays cheap to refuse.
     """
-    from app.api.bodypaths import MAX_SCAN_CHARS, json_path_at
+    from app.api.bodypaths import MAX_SCAN_CHARS, json_place
 
     if media is not Media.JSON or sum(map(len, texts)) + exc.start > MAX_SCAN_CHARS:
-        return None
+        return None, None
     head = bytes(exc.object[:exc.start]).decode("utf-8", "replace")
-    return json_path_at("".join(texts) + head)
+    return json_place("".join(texts) + head)
 
 
 def _not_utf8(
-    position: int, reason: str, media: Media = Media.JSON, path: str | None = None
+    position: int, reason: str, media: Media = Media.JSON,
+    place: tuple[str | None, Any] = (None, None), message: Any = None,
 ) -> DecodeError:
     what = "text-format (text/x-protobuf) body" if media is Media.TEXT else "JSON body"
+    path, skeleton = place
     where = f" in {path}" if path else ""
-    return DecodeError.at(
+    err = DecodeError.at(
         f"{what} is not valid UTF-8 (byte {position}{where}: {reason}); names must be UTF-8 "
         "text", code="invalid_utf8", path=path,
     )
+    if path and message is not None:  # (the op the byte is in, as binary bodies name it)
+        from google.protobuf import message_factory
+
+        from core.proto.jsonmap import with_ops
+
+        err = with_ops(err, skeleton, message_factory.GetMessageClass(message))
+    return err
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int] | None:

@@ -1,0 +1,62 @@
+"""Stop 30: a byte that is not UTF-8 in a JSON body names its op, as in a binary body.
+
+Before, a JSON body's ``invalid_utf8`` problem gave the field path only (``op_index`` and
+``op_type`` null), while the same byte in a binary body named the op's index and type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import bodypaths
+from app.main import create_app
+from app.settings import Settings
+from tests.api.helpers import assert_problem
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize(("route", "body", "path", "op_index", "op_type"), [
+    ("/v1/gradients/net",
+     b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]},'
+     b' {"type": "Tanh", "input": ["y"], "output": ["z\xff"]}]}, "ys": ["z"]}',
+     "net.op[1].output[0]", 1, "Tanh"),
+    ("/v1/gradients/net",  # in a sub-net: the innermost op, by its index in its own net
+     b'{"net": {"op": [{"type": "Do", "arg": [{"name": "net", "n": {"op": [{"type": "Relu",'
+     b' "input": ["x"], "output": ["y"]}, {"type": "Sigmoid", "input": ["\xc3("]}]}}]}]},'
+     b' "ys": ["y"]}',
+     "net.op[0].arg[0].n.op[1].input[0]", 1, "Sigmoid"),
+    ("/v1/gradients/op",  # the single op of an OpGradientRequest is op 0
+     b'{"op": {"type": "Relu", "input": ["x\xfe"], "output": ["y"]}, "g_output": ["gy"]}',
+     "op.input[0]", 0, "Relu"),
+    ("/v1/gradients/op",  # the type not given before the byte: the index only
+     b'{"op": {"input": ["x\xfe"], "type": "Relu", "output": ["y"]}, "g_output": ["gy"]}',
+     "op.input[0]", 0, None),
+    ("/v1/gradients/net",  # the byte in the type itself
+     b'{"net": {"op": [{"type": "Re\xfflu"}]}, "ys": ["y"]}', "net.op[0].type", 0, None),
+    ("/v1/gradients/net",  # not in an op: no op named
+     b'{"net": {"name": "n\xff", "op": []}, "ys": ["y"]}', "net.name", None, None),
+])
+def test_a_bad_byte_names_its_op(client: TestClient, route: str, body: bytes, path: str,
+                                 op_index: int | None, op_type: str | None) -> None:
+    problem = assert_problem(client.post(route, content=body, headers=JSON), 400)
+    (err,) = problem["errors"]
+    assert (err["code"], err["path"], err["op_index"], err["op_type"]) == (
+        "invalid_utf8", path, op_index, op_type), problem
+
+
+def test_json_place_keeps_only_the_path_and_types() -> None:
+    path, skeleton = bodypaths.json_place(
+        '{"net": {"name": "a", "op": [{"type": "A"}, {"type": "B", "input": ["x", "')
+    assert path == "net.op[1].input[1]"
+    assert skeleton == {"net": {"op": [None, {"type": "B", "input": [None, None]}]}}
+    assert bodypaths.json_place('["x') == (None, None)
