@@ -169,8 +169,8 @@ async def serve(
                           and settings.max_text_body_bytes < settings.max_body_bytes)
             limit = settings.max_text_body_bytes if text_limit else settings.max_body_bytes
             data, text = await read_body(request, limit, media, message.DESCRIPTOR,
-                                         watch=gate.watch, text_limit=text_limit)
-            gate.body_read()
+                                         watch=gate.watch, text_limit=text_limit,
+                                         ended=gate.body_read)
             body = Body(data, media, accept, accept_type, text, request.headers.get("accept"),
                         request.headers.get("content-type"))
             ctx = Context(settings, limits, worker_pool(request))

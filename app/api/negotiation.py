@@ -218,6 +218,7 @@ def response_media(accept: str | None) -> tuple[Media, str]:
 async def read_body(
     request: Request, limit: int, media: Media, message: Any = None,
     watch: Callable[[bytes], None] | None = None, text_limit: bool = False,
+    ended: Callable[[], None] | None = None,
 ) -> tuple[bytes, str | None]:
     """Read the body as it streams in: ``(bytes, None)`` for binary bodies, ``(b"", text)``
     for JSON ones (decoded from UTF-8 chunk by chunk; the bytes are not kept).
@@ -231,7 +232,9 @@ async def read_body(
     64 MiB hostile body costs the server one chunk, not 64 MiB of parsing. ``watch`` sees
     every chunk as it arrives and may refuse the body the same way (admission control and
     the streaming op count, :mod:`app.api.admission`). ``text_limit``: ``limit`` is the
-    text-format one (``NETGRAD_MAX_TEXT_BODY_BYTES``), and the 413 says so.
+    text-format one (``NETGRAD_MAX_TEXT_BODY_BYTES``), and the 413 says so. ``ended`` is
+    called once the last chunk has been seen, before the chunks are joined (the streaming
+    scan drops what it kept: one copy of the body less at the peak).
 
     Raises:
         LimitExceededError: code ``body_too_large``.
@@ -284,6 +287,8 @@ async def read_body(
                     if hint is not None:
                         err = DecodeError.at(join_hint(err.message, hint), code="invalid_utf8")
                 raise err from exc
+        if ended is not None:
+            ended()
         if decoder is not None:
             try:
                 texts.append(decoder.decode(b"", final=True))

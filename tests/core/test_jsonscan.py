@@ -148,6 +148,9 @@ def test_bounded_scan_runs_no_scan_below_its_bounds() -> None:
     for c in _chunks(body, 4096):
         quiet.feed(c)
     assert quiet.scan is None  # 1,000 objects: 999 ops at most
+    assert sum(map(len, quiet._kept)) == len(body)  # kept (referenced) until the body ends
+    quiet.close()
+    assert quiet._kept == []
     crossed = BoundedScan(max_ops=998, max_depth=2, max_containers=10_000)
     with pytest.raises(LimitExceededError) as info:
         for c in _chunks(body, 4096):
