@@ -22,6 +22,7 @@ import logging
 import logging.config
 import re
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ UNMATCHED = "<unmatched>"
 
 access_log = logging.getLogger("netgrad.access")
 M = TypeVar("M", bound=pb_message.Message)
+T = TypeVar("T")
 
 
 def valid_request_id(value: str) -> bool:
@@ -75,6 +77,30 @@ def note_gradient_ops(n: int) -> None:
     stats = _stats.get()
     if stats is not None:
         stats.gradient_ops = n
+
+
+def counted(fn: Callable[..., T], *args: Any) -> tuple[T, tuple[int | None, int | None]]:
+    """``fn(*args)`` with op counts collected apart, and ``(forward ops, gradient ops)``
+    it noted: for work done in another process (``app.api.isolation``), whose counts the
+    server then notes with :func:`note_ops`. (What ``fn`` raises goes up as it is: the
+    isolation pool rebuilds an error from its type and problems only, so the counts of a
+    request that fails there are not carried.)"""
+    stats = RequestStats()
+    token = _stats.set(stats)
+    try:
+        out = fn(*args)
+    finally:
+        _stats.reset(token)
+    return out, (stats.forward_ops, stats.gradient_ops)
+
+
+def note_ops(ops: tuple[int | None, int | None]) -> None:
+    """Note the ``(forward ops, gradient ops)`` that :func:`counted` collected."""
+    forward, gradient = ops
+    if forward is not None:
+        note_forward_ops(forward)
+    if gradient is not None:
+        note_gradient_ops(gradient)
 
 
 def request_ops(msg: M) -> M:

@@ -29,6 +29,7 @@ from typing import Any
 
 from fastapi.responses import Response
 
+from app import observability
 from app.settings import Settings
 
 log = logging.getLogger("netgrad")
@@ -68,24 +69,30 @@ def start_isolation_pool(settings: Settings) -> Any:
                            queue_timeout_s=settings.queue_timeout_s, recycle_after=1)
 
 
-def run_isolated(work: Callable[..., Any], body: Any,
-                 context: Any) -> tuple[int, bytes, str | None] | str:
+#: What :func:`run_isolated` answers: status, content, media type, and the op counts the
+#: work noted (forward, gradient; for the server's access log and metrics).
+Isolated = tuple[int, bytes, "str | None", tuple["int | None", "int | None"]]
+
+
+def run_isolated(work: Callable[..., Any], body: Any, context: Any) -> Isolated | str:
     """In the isolation process: ``work(body, context)`` (``context`` has no execution pool).
 
     Returns:
-        ``(status, content, media type)`` of the answer, or :data:`NEEDS_SERVER` when the
-        work must wait on the execution workers (verification).
+        ``(status, content, media type, op counts)`` of the answer, or :data:`NEEDS_SERVER`
+        when the work must wait on the execution workers (verification).
 
     Raises:
         NetgradError: whatever the work raises (the pool re-raises it in the server).
     """
-    outcome = work(body, context)
+    outcome, ops = observability.counted(work, body, context)
     if not isinstance(outcome, Response):
         return NEEDS_SERVER
-    return outcome.status_code, bytes(outcome.body), outcome.media_type
+    return outcome.status_code, bytes(outcome.body), outcome.media_type, ops
 
 
-def answer(result: tuple[int, bytes, str | None]) -> Response:
-    """The server-side response of :func:`run_isolated`'s result."""
-    status, content, media = result
+def answer(result: Isolated) -> Response:
+    """The server-side response of :func:`run_isolated`'s result (its op counts noted for
+    the request being served)."""
+    status, content, media, ops = result
+    observability.note_ops(ops)
     return Response(content, status_code=status, media_type=media)

@@ -6,6 +6,7 @@ Before, a JSON body's ``invalid_utf8`` problem gave the field path only (``op_in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -60,3 +61,24 @@ def test_json_place_keeps_only_the_path_and_types() -> None:
     assert path == "net.op[1].input[1]"
     assert skeleton == {"net": {"op": [None, {"type": "B", "input": [None, None]}]}}
     assert bodypaths.json_place('["x') == (None, None)
+
+
+def test_a_large_body_served_in_the_isolation_process_is_counted() -> None:
+    """A body over ``large_body_bytes`` is generated in the isolation process; its op counts
+    reach the server's metrics (they were lost: ``op_count`` null, no ``forward_ops``)."""
+    from tests.ops.test_metrics import delta, scrape
+
+    n = 3000  # (over 128 KiB: not served inline, app.api.deps.INLINE_BYTES)
+    ops = [{"type": "Relu" if k % 2 else "Tanh", "input": [f"b{k}"], "output": [f"b{k + 1}"]}
+           for k in range(n)]
+    body = json.dumps({"net": {"op": ops}, "ys": [f"b{n}"]}).encode()
+    settings = Settings(workers=0, large_body_bytes=4 * 1024, isolate_large_bodies=True)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        before = scrape(c.get)
+        r = c.post("/v1/gradients/net", content=body, headers=JSON)
+        assert r.status_code == 200, r.text
+        after = scrape(c.get)
+    route = "/v1/gradients/net"
+    assert delta(before, after, "netgrad_forward_ops_total", route=route) == n
+    assert delta(before, after, "netgrad_gradient_ops_total", route=route) == len(
+        r.json()["grad_ops"])
