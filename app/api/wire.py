@@ -215,7 +215,7 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
         raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
     except RecursionError as exc:
         raise LimitExceededError.at(
-            "JSON body is nested too deeply to parse (deeper than about 1,000 levels of arrays "
+            "JSON body is nested too deeply to parse (deeper than about 5,000 levels of arrays "
             "and objects); a request's sub-nets nest at most NETGRAD_MAX_DEPTH levels: flatten "
             "the body", code="nesting_too_deep"
         ) from exc

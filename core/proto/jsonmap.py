@@ -207,8 +207,10 @@ def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None
         if key is None:
             break
         value, desc = value[key], f.message_type
-        if m["k"] is None and desc is not None and desc.full_name == "caffe2.OperatorDef":
-            # (a single op, OpGradientRequest.op: op 0, as the engine names it)
+        if (m["k"] is None and desc is not None and desc.full_name == "caffe2.OperatorDef"
+                and not f.is_repeated):
+            # (a single op, OpGradientRequest.op: op 0, as the engine names it; a list of
+            # ops named whole, net.op or grad_ops, is no one op of it)
             t = value.get("type") if type(value) is dict else None
             found = (0, t if isinstance(t, str) else None)
         elif m["k"] is not None:

@@ -351,7 +351,8 @@ class BoundedScan:
     kept chunks and every later one: it refuses the body at the same byte as a scan from the
     first chunk would, with the same problem. What is not bounded while no scan runs is
     bracket nesting (:data:`MAX_NESTING`, the scan's own memory): with no scan there are no
-    frames, and ``json.loads`` refuses a body nested over about 1,000 levels itself.
+    frames, and ``json.loads`` refuses a body nested deeper than the interpreter's recursion
+    limit (5,000, :mod:`core.proto.codec`) itself.
 
     Args / Raises: as :class:`JsonScan`.
     """

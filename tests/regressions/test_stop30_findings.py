@@ -82,3 +82,34 @@ def test_a_large_body_served_in_the_isolation_process_is_counted() -> None:
     assert delta(before, after, "netgrad_forward_ops_total", route=route) == n
     assert delta(before, after, "netgrad_gradient_ops_total", route=route) == len(
         r.json()["grad_ops"])
+
+
+PAD = b'"' + b"p" * 5000 + b'"'  # (the bad byte's path is looked for: not past MAX_SCAN_CHARS)
+
+
+@pytest.mark.parametrize(("route", "body", "path", "op_index", "op_type"), [
+    ("/v1/gradients/net",  # after the op list: the list, no op of it
+     b'{"net": {"name": ' + PAD + b', "op": [{"type": "Relu"}, {"type": "Tanh"}] \xff},'
+     b' "ys": ["y"]}', "net.op", None, None),
+    ("/v1/gradients/net",  # where the list should start
+     b'{"net": {"name": ' + PAD + b', "op": \xff}, "ys": ["y"]}', "net.op", None, None),
+    ("/v1/verify",
+     b'{"net": {"name": ' + PAD + b', "op": []}, "grad_ops": [{"type": "A"}] \xff}',
+     "grad_ops", None, None),
+    ("/v1/gradients/net",  # a sub-net's op list: the op that holds the sub-net
+     b'{"net": {"op": [{"type": "Do", "arg": [{"name": "net", "n": {"op": [{"type": "Relu"}]'
+     b' \xff}}]}]}, "ys": ["y"]}', "net.op[0].arg[0].n.op", 0, "Do"),
+])
+def test_a_list_of_ops_named_whole_is_no_op_of_it(
+    client: TestClient, route: str, body: bytes, path: str, op_index: int | None,
+    op_type: str | None
+) -> None:
+    problem = assert_problem(client.post(route, content=body, headers=JSON), 400)
+    (err,) = problem["errors"]
+    assert (err["path"], err["op_index"], err["op_type"]) == (path, op_index, op_type), problem
+
+
+def test_an_op_list_that_is_no_list_names_no_op(client: TestClient) -> None:
+    problem = assert_problem(client.post("/v1/gradients/net", json={"net": {"op": 5},
+                                                                     "ys": ["y"]}), 400)
+    assert [(e["path"], e["op_index"]) for e in problem["errors"]] == [("net.op", None)]
