@@ -123,7 +123,8 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
     ``(None, None)`` where :func:`json_path_at` gives ``None``."""
     if len(prefix) > MAX_SCAN_CHARS or not prefix.lstrip().startswith("{"):
         return None, None
-    # Each frame: [is_object, key or index, expecting a key, the object's "type" string]
+    # Each frame: [is_object, key or index, expecting a key, the "type" string of the object
+    # (of an array: of its element that has just closed)]
     stack: list[list[Any]] = []
     in_key = False
     for m in _TOKEN.finditer(prefix):
@@ -150,7 +151,9 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
             stack.append([True, None, True, None] if tok == "{" else [False, 0, False, None])
         elif tok in "}]":
             if stack:
-                stack.pop()
+                closed = stack.pop()
+                if stack and not stack[-1][0]:  # (an array keeps its element's "type")
+                    stack[-1][3] = closed[3] if closed[0] else None
         elif tok == ",":
             if stack:
                 top = stack[-1]
@@ -158,6 +161,7 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
                     top[1], top[2] = None, True
                 else:
                     top[1] += 1
+                    top[3] = None
     parts: list[str] = []
     for k, (is_obj, at, _, _) in enumerate(stack):
         if is_obj:
@@ -177,7 +181,9 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
             if at is not None:
                 obj[at] = node
             node = obj
-        else:
+        else:  # (the path ends at an element already closed: the type it gave)
+            if node is None and op_type is not None:
+                node = {"type": op_type}
             node = [None] * at + [node]
     return path, node
 

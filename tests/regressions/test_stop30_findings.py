@@ -113,3 +113,16 @@ def test_an_op_list_that_is_no_list_names_no_op(client: TestClient) -> None:
     problem = assert_problem(client.post("/v1/gradients/net", json={"net": {"op": 5},
                                                                      "ys": ["y"]}), 400)
     assert [(e["path"], e["op_index"]) for e in problem["errors"]] == [("net.op", None)]
+
+
+def test_a_byte_just_after_an_op_names_that_op_with_its_type(client: TestClient) -> None:
+    body = (b'{"net": {"name": ' + PAD + b', "op": [{"type": "Relu"} \xff, {"type": "X"}]},'
+            b' "ys": ["y"]}')
+    problem = assert_problem(client.post("/v1/gradients/net", content=body, headers=JSON), 400)
+    (err,) = problem["errors"]
+    assert (err["path"], err["op_index"], err["op_type"]) == ("net.op[0]", 0, "Relu"), problem
+    after_comma = body.replace(b'} \xff, {"type": "X"}', b'}, \xff{"type": "X"}')
+    problem = assert_problem(client.post("/v1/gradients/net", content=after_comma,
+                                         headers=JSON), 400)
+    (err,) = problem["errors"]
+    assert (err["path"], err["op_index"], err["op_type"]) == ("net.op[1]", 1, None), problem
