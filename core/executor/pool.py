@@ -83,11 +83,16 @@ def _preload() -> None:
     import_packages(_PACKAGES_TO_PRELOAD)
 
 
-def _worker_main(conn: Connection, limits: RunLimits) -> None:
-    """Worker process: preload, set limits, then serve ``(fn, args)`` jobs until ``None``."""
+def _worker_main(conn: Connection, limits: RunLimits, preload: tuple[str, ...] = ()) -> None:
+    """Worker process: preload (with the caller's ``preload`` packages), set limits, then
+    serve ``(fn, args)`` jobs until ``None``."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     _preload()
+    try:
+        import_packages(preload)
+    except ImportError:  # optional preload; the job imports what it needs
+        pass
     from core.executor.allocator import keep_freed_memory, release_freed_memory
     from core.executor.executor import _ensure_loaded
     from core.executor.limits import set_default_limits
@@ -150,11 +155,12 @@ def _worker_main(conn: Connection, limits: RunLimits) -> None:
 class _Worker:
     """One worker process and the parent's end of its pipe."""
 
-    def __init__(self, ctx: Any, limits: RunLimits) -> None:
+    def __init__(self, ctx: Any, limits: RunLimits, preload: tuple[str, ...] = ()) -> None:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         self.conn: Connection = parent_conn
         self.proc = ctx.Process(
-            target=_worker_main, args=(child_conn, limits), daemon=True, name="netgrad-worker"
+            target=_worker_main, args=(child_conn, limits, preload), daemon=True,
+            name="netgrad-worker",
         )
         self.proc.start()
         child_conn.close()
@@ -240,6 +246,10 @@ class WorkerPool:
         observer: told about jobs, waits and replaced workers (metrics); default: nobody.
         recycle_after: replace a worker after it ran this many jobs (``None``: never), so
             whatever memory its jobs left behind goes back to the OS with the process.
+        preload: packages (dotted names) whose every module a worker imports before it is
+            ready, beside the engine's own: the modules of the functions the caller will
+            submit, so that unpickling a job imports nothing (a fresh worker per job, as
+            ``recycle_after=1`` makes, would pay those imports on every job).
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).
@@ -253,6 +263,7 @@ class WorkerPool:
         queue_timeout_s: float | None = None,
         observer: PoolObserver | None = None,
         recycle_after: int | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"WorkerPool size must be >= 1, got {size}")
@@ -262,6 +273,7 @@ class WorkerPool:
         self.limits = limits or RunLimits()
         self.queue_timeout_s = queue_timeout_s
         self.recycle_after = recycle_after
+        self.preload = preload
         self._ctx = multiprocessing.get_context(start_method)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
@@ -271,7 +283,7 @@ class WorkerPool:
         self._busy = 0
         self._waiting = 0
         for _ in range(size):
-            w = _Worker(self._ctx, self.limits)
+            w = _Worker(self._ctx, self.limits, self.preload)
             self._workers.append(w)
             self._idle.put(w)
 
@@ -301,7 +313,7 @@ class WorkerPool:
     def _replace(self, old: _Worker, reason: str = "crashed") -> _Worker:
         old.kill()
         self.observer.worker_replaced(reason)
-        new = _Worker(self._ctx, self.limits)
+        new = _Worker(self._ctx, self.limits, self.preload)
         with self._lock:
             if old in self._workers:
                 self._workers.remove(old)

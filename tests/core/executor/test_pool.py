@@ -309,3 +309,22 @@ def test_recycle_after_replaces_a_worker_after_its_jobs() -> None:
         second = p.pids()
         assert len(second) == 1 and second != first  # two jobs: replaced
         assert p.submit(_sleep, 0.0) == "woke"
+
+
+def _loaded(names: list[str]) -> list[str]:
+    import sys
+
+    return [n for n in names if n in sys.modules]
+
+
+def test_a_worker_imports_the_callers_preload_packages_before_it_is_ready() -> None:
+    """``preload``: the modules of what the caller submits (the isolation pool's routes) are
+    imported while a worker starts, not while the job that needs them waits; a package that
+    cannot be imported leaves the worker working."""
+    names = ["xmlrpc.server", "xmlrpc.client"]
+    with WorkerPool(size=1, preload=("xmlrpc",)) as preloading:
+        assert preloading.submit(_loaded, names) == names
+    with WorkerPool(size=1) as plain:
+        assert plain.submit(_loaded, names) == []
+    with WorkerPool(size=1, preload=("no_such_package_for_netgrad",)) as missing:
+        assert missing.submit(_pid) != os.getpid()
