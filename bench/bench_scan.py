@@ -2,10 +2,11 @@
 
 Times feeding a body in 64 KiB chunks (as uvicorn hands them over) to :class:`JsonScan`
 and :class:`BoundedScan` with the service's default limits, beside ``json.loads`` of the
-same bytes, on two bodies: a valid chain of 20,000 Relu / Tanh ops (1.2 MB) and the hostile
-200,000 FC ops of ``bench_http`` (21 MB, 400,000 objects: past the bounded scan's bound of
-200,000 ops, so it scans). ``--baseline DIR`` times that checkout's ``JsonScan`` (and its
-``BoundedScan``, where it has one) in the same rounds. Best of ``--rounds`` rounds, ms.
+same bytes, on a valid chain of 20,000 Relu / Tanh ops (1.2 MB), the hostile 200,000 FC ops
+of ``bench_http`` (21 MB, 400,000 objects: past the bounded scan's bound of 200,000 ops, so
+it scans) and five hostile bodies of 16 MiB of one tiny token (past the depth bound).
+``--baseline DIR`` times that checkout's ``JsonScan`` (and its ``BoundedScan``, where it
+has one) in the same rounds. Best of ``--rounds`` rounds, ms.
 
 Run from the repository root: ``python -m bench.bench_scan [--baseline DIR]``.
 """
@@ -58,8 +59,18 @@ def main() -> None:
         if hasattr(base, "BoundedScan"):
             scanners.append(("baseline BoundedScan", base.BoundedScan))
     scanners += [("JsonScan", jsonscan.JsonScan), ("BoundedScan", jsonscan.BoundedScan)]
+    # (hostile bodies of tiny tokens: 130 "n" in a string cross the depth bound, so the
+    # bounded scan scans them; then 16 MiB of one token repeated)
+    trigger = b'{"z": "' + b'"n"' * 130 + b'", "a": ['
+    mib16 = 16 * 1024 * 1024
     bodies = [("20,000 Relu/Tanh ops, valid", chain_json(20_000)),
-              ("200,000 FC ops, the last output a number", many_ops_json(200_000))]
+              ("200,000 FC ops, the last output a number", many_ops_json(200_000)),
+              ('16 MiB of `"",` in an array', trigger + b'"",' * (mib16 // 3)),
+              ("16 MiB of `:`", trigger + b":" * mib16),
+              ("16 MiB of `]`", trigger + b"]" * mib16),
+              ('16 MiB of `"x":` in an array', trigger + b'"x":' * (mib16 // 4)),
+              ('16 MiB of `"a":"b",` in an object', trigger[:-1] + b'{' + b'"a":"b",' * (
+                  mib16 // 8))]
     print("| body | bytes | " + " | ".join(n for n, _ in scanners) + " | json.loads |")
     print("|---|---:|" + "---:|" * (len(scanners) + 1))
     for name, body in bodies:

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 
 def import_packages(packages: Iterable[str]) -> list[str]:
-    """Import every module of ``packages`` (dotted names), sub-packages included.
+    """Import every module of ``packages`` (dotted names), sub-packages included (a name
+    that is a plain module is imported alone).
 
     A module that needs an optional extra that is not installed (``ImportError``) is left
     out.
@@ -29,7 +30,7 @@ def import_packages(packages: Iterable[str]) -> list[str]:
     missing: list[str] = []
     for pkg in packages:
         root = importlib.import_module(pkg)
-        for info in pkgutil.walk_packages(root.__path__, pkg + "."):
+        for info in pkgutil.walk_packages(getattr(root, "__path__", []), pkg + "."):
             try:
                 importlib.import_module(info.name)
             except ImportError:

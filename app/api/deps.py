@@ -123,8 +123,9 @@ async def _isolated(pool: Any, work: Callable[[Body, Context], Outcome], body: B
     loop = asyncio.get_running_loop()
     result = await loop.run_in_executor(
         None, pool.submit, isolation.run_isolated, work, body, replace(ctx, pool=None))
-    if result == isolation.NEEDS_SERVER:
-        return await asyncio.wrap_future(_work_executor().submit(work, body, ctx))
+    if result == isolation.NEEDS_SERVER:  # (in the request's context: its ID, its op counts)
+        run = contextvars.copy_context().run
+        return await asyncio.wrap_future(_work_executor().submit(run, work, body, ctx))
     return isolation.answer(result)
 
 

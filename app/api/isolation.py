@@ -34,6 +34,9 @@ from app.settings import Settings
 
 log = logging.getLogger("netgrad")
 
+#: The module of the work functions served in the isolation process (the generation routes).
+ISOLATED_ROUTES = "app.api.routes.gradients"
+
 #: What the subprocess answers for work that must finish in the server (verification).
 NEEDS_SERVER = "needs-server"
 
@@ -65,11 +68,12 @@ def start_isolation_pool(settings: Settings) -> Any:
         wall_clock_s=settings.large_job_timeout_s,
         memory_bytes=settings.large_job_memory_bytes,
     )
-    # (the routes' work functions come pickled by reference: their modules are imported
-    # while a worker starts, not by the request it serves; about 0.3 s per large body)
+    # (the generation routes' work functions come pickled by reference: their module is
+    # imported while a worker starts, not by the request it serves; about 0.3 s per large
+    # body. Only generation is isolated: run, verify and jobs never come here.)
     return pool.WorkerPool(settings.max_large_bodies, run_limits,
                            queue_timeout_s=settings.queue_timeout_s, recycle_after=1,
-                           preload=("app.api.routes",))
+                           preload=(ISOLATED_ROUTES,))
 
 
 #: What :func:`run_isolated` answers: status, content, media type, and the op counts the

@@ -89,10 +89,11 @@ def _worker_main(conn: Connection, limits: RunLimits, preload: tuple[str, ...] =
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     _preload()
-    try:
-        import_packages(preload)
-    except ImportError:  # optional preload; the job imports what it needs
-        pass
+    for name in preload:
+        try:
+            import_packages((name,))
+        except Exception:  # noqa: BLE001 - the caller's preload only saves time: a module
+            pass  # that fails here fails the job that needs it, as without a preload
     from core.executor.allocator import keep_freed_memory, release_freed_memory
     from core.executor.executor import _ensure_loaded
     from core.executor.limits import set_default_limits
@@ -246,10 +247,11 @@ class WorkerPool:
         observer: told about jobs, waits and replaced workers (metrics); default: nobody.
         recycle_after: replace a worker after it ran this many jobs (``None``: never), so
             whatever memory its jobs left behind goes back to the OS with the process.
-        preload: packages (dotted names) whose every module a worker imports before it is
-            ready, beside the engine's own: the modules of the functions the caller will
-            submit, so that unpickling a job imports nothing (a fresh worker per job, as
-            ``recycle_after=1`` makes, would pay those imports on every job).
+        preload: modules or packages (dotted names; a package with every module in it) a
+            worker imports before it is ready, beside the engine's own: the modules of the
+            functions the caller will submit, so that unpickling a job imports nothing (a
+            fresh worker per job, as ``recycle_after=1`` makes, would pay those imports on
+            every job). One that fails to import is left out.
 
     Raises:
         ValueError: ``size < 1`` or an unknown start method (programming errors).

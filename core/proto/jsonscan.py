@@ -43,14 +43,27 @@ _FLAT_ANY = rb'\[' + _FLAT + rb'\]|\{' + _FLAT + rb'\}'
 _TWO = _PLAIN + rb'(?:(?:' + _STR + rb'|' + _FLAT_ANY + rb')' + _PLAIN + rb')*+'
 _TWO_ANY = rb'\[' + _TWO + rb'\]|\{' + _TWO + rb'\}'
 _THREE = _PLAIN + rb'(?:(?:' + _STR + rb'|' + _TWO_ANY + rb')' + _PLAIN + rb')*+'
-_REST = (_STR[:1] + rb'(' + _STR[1:-1] + rb')"[ \t\n\r]*+:|' + _STR + rb'|"|[{}\[\]:]')
+_JUNK = rb'[^"{}\[\]:]*+'  # bytes no token starts with (commas, numbers, spaces, letters)
+_VALUE = _STR + rb'(?![ \t\n\r]*+:)'  # a string that is no key
+_KEY = _STR[:1] + rb'(' + _STR[1:-1] + rb')"[ \t\n\r]*+:'  # a key and its colon
+_PAIR = _KEY + _JUNK + rb'(' + _VALUE + rb')' + _JUNK  # a key, its string value
+_REST = (rb'(?:' + _PAIR + rb'){2,}+'  # key-value pairs (groups 1, 2: the last pair)
+         + rb'|' + _KEY + rb'(?:' + _JUNK + _KEY + rb')*+'  # keys (no string value between)
+         + rb'|' + _VALUE + rb'(?:' + _JUNK + rb'(' + _VALUE + rb'))++'  # strings, no key
+         + rb'|' + _STR + rb'|"'
+         + rb'|:(?:' + _JUNK + rb':)*+'  # colons
+         + rb'|[{\[]|[}\]](?:' + _JUNK + rb'[}\]])*+')  # an opening; closings
 # Tokens, the first that matches: an object whose arrays and objects nest at most two levels
 # inside it (an op without sub-nets, read as one token where none of its keys matters), an
-# array that holds no array or object, a key with its colon, a complete string, a lone quote
-# (a string that runs past the chunk), or a structural byte (commas are not needed: a key is
-# always the string just before a colon). Possessive quantifiers: a failed match is never
-# retried inside, so every byte is looked at a bounded number of times.
+# array that holds no array or object, a run of key-value pairs whose values are strings, a
+# run of keys with their colons (scalar values between them), a run of strings that are no
+# keys, a complete string, a lone quote (a string that runs past the chunk), a run of
+# colons, an opening bracket or brace, a run of closing ones (commas are not needed: a key
+# is always the string just before a colon). Runs keep a hostile body of tiny tokens (64 MiB
+# of ``]`` or of ``"",``) from costing a Python step per byte. Possessive quantifiers: a
+# failed match is never retried inside, so every byte is looked at a bounded number of times.
 _TOKEN = re.compile(rb'\{' + _THREE + rb'\}|\[' + _FLAT + rb'\]|' + _REST)
+_PAIRS = re.compile(_PAIR)
 # Within such an object: flat arrays and objects, keys, strings, structural bytes.
 _INNER = re.compile(_FLAT_ANY + rb'|' + _REST)
 #: Keys that make an object's inside matter (ops, sub-nets; raw bytes, as the scan reads keys).
@@ -123,15 +136,24 @@ class JsonScan:
             tok = m.group()
             c = tok[0]
             if c == 0x22:  # '"'
-                if tok[-1] == 0x3A:  # a key and its colon
-                    self._key(m.group(1))
+                if m.group(1) is not None:  # key-value pairs
+                    self._pairs(tok, m.group(1), m.group(2))
+                    continue
+                if tok[-1] == 0x3A:  # keys: each but the last is overridden by the next
+                    self._key(m.group(4) if m.group(4) is not None else m.group(3))
+                    continue
+                last = m.group(5)
+                if last is not None:  # strings that are no keys
+                    self._strings(tok, last)
                     continue
                 if len(tok) == 1:  # (the regex never ends a string on an escaped quote)
                     self._start_partial(chunk, m.start())
                     return
                 self._string(tok[1:-1])
-            elif c == 0x3A:  # ':'
+            elif c == 0x3A:  # ':' (a second one leaves what any further one would)
                 self._colon()
+                if len(tok) > 1 and tok.count(b":") > 1:
+                    self._colon()
             elif c in (0x7B, 0x5B):  # '{' '['
                 if len(tok) == 1:
                     self._open(c == 0x7B)
@@ -139,9 +161,11 @@ class JsonScan:
                     self._flat(c == 0x7B)
                 else:
                     self._object(tok)
-            else:
-                if self._stack:
-                    self._commit(self._stack.pop())
+            else:  # closings: as many frames as there are, at most
+                stack = self._stack
+                closes = 1 if len(tok) == 1 else tok.count(b"}") + tok.count(b"]")
+                for _ in range(min(closes, len(stack))):
+                    self._commit(stack.pop())
                 self._last_string = None
 
     # -- strings ----------------------------------------------------------------------------
@@ -190,6 +214,28 @@ class JsonScan:
         elif top.candidate_key == b"name":
             top.arg_name = top.candidate.decode("utf-8", "replace")
         top.candidate = None
+
+    def _strings(self, tok: bytes, last: bytes) -> None:
+        """Two or more strings, none a key: in an array (or outside any container) a string
+        changes nothing but the last string seen; in an object each is read as one."""
+        top = self._stack[-1] if self._stack else None
+        if top is not None and top.is_object:
+            for m in _STRING.finditer(tok):
+                self._string(m.group()[1:-1])
+            return
+        self._last_string = last[1:-1]
+
+    def _pairs(self, tok: bytes, key: bytes, value: bytes) -> None:
+        """Two or more ``"key": "value"`` pairs; ``key``, ``value``: the last pair. A pair's
+        value matters only under the key ``type`` or ``name`` (:meth:`_commit`), so where
+        neither is in ``tok``, the last pair leaves what all of them would."""
+        if b'"type"' in tok or b'"name"' in tok:
+            for m in _PAIRS.finditer(tok):
+                self._key(m.group(1))
+                self._string(m.group(2)[1:-1])
+            return
+        self._key(key)
+        self._string(value[1:-1])
 
     def _key(self, value: bytes) -> None:
         """A string and the colon after it (:meth:`_string` then :meth:`_colon`)."""

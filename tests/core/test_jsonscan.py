@@ -56,6 +56,12 @@ def _op(r: random.Random, d: int) -> dict[str, Any]:
         op["arg"] = args
     if r.random() < 0.1:
         op["x"] = _value(r, d + 1)
+    if r.random() < 0.3:  # runs of string-valued pairs, "type" and "name" among them
+        extra = [("name", r.choice(WORDS)), ("engine", "CUDNN"), ("s", r.choice(WORDS)),
+                 ("type", r.choice(["Relu", "Do"]))]
+        items = list(op.items()) + r.sample(extra, r.randint(1, 4))
+        r.shuffle(items)
+        op = dict(items)
     return op
 
 
@@ -87,6 +93,100 @@ def _reference(tree: Any) -> tuple[int, int, int]:
             containers += 1
             stack.extend((v, key) for v in node)  # an array's elements keep its key
     return ops, subnets, containers
+
+
+class _Refused(Exception):
+    pass
+
+
+def _first_refusal(tree: Any, limits: tuple[int, int, int], nesting: int,
+                   ascii_only: bool) -> tuple[str, str | None, int | None, str | None] | None:
+    """The scan's first refusal of ``json.dumps(tree)`` worked out on the decoded tree, in
+    document order: ``(code, path, op_index, op_type)``, or ``None``. An op's type and an
+    object's ``name`` count only where given (as strings) before the key descended into, as
+    the scan reads them as they stream by; an array's element index counts containers only;
+    names are as written in the JSON text (escapes kept)."""
+    max_ops, max_depth, max_containers = limits
+    counts = {"ops": 0, "subnets": 0, "containers": 0}
+
+    def text(value: str) -> str:
+        return json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+
+    def visit(node: Any, key: str, parent: dict[str, Any] | None,
+              stack: list[dict[str, Any]]) -> None:
+        if not isinstance(node, (dict, list)):
+            return
+        if len(stack) >= nesting:
+            raise _Refused(("nesting_too_deep", None, None, None))
+        counts["containers"] += 1
+        if counts["containers"] > max_containers:
+            raise _Refused(("too_many_values", None, None, None))
+        frame: dict[str, Any] = {"obj": isinstance(node, dict), "key": key, "op_index": -1,
+                                 "op_type": "", "name": "", "children": 0,
+                                 "depth": parent["depth"] if parent else 0,
+                                 "path": parent["path"] if parent else ""}
+        if parent is not None and not parent["obj"]:
+            parent["children"] += 1
+        if frame["obj"] and parent is not None and key == "op":
+            frame["op_index"] = parent["children"] - 1 if not parent["obj"] else 0
+            counts["ops"] += 1
+            if counts["ops"] > max_ops:
+                raise _Refused(("too_many_ops", None, None, None))
+        elif frame["obj"] and parent is not None and key in ("n", "nets"):
+            counts["subnets"] += 1
+            if counts["subnets"] > max_ops:
+                raise _Refused(("too_many_subnets", None, None, None))
+            op = next((f for f in reversed(stack) if f["op_index"] >= 0), None)
+            arg = next((f for f in reversed(stack) if f["obj"] and f["name"]), None)
+            prefix = f"{op['path']}/" if op is not None and op["path"] else ""
+            part = f"op[{op['op_index']}]:{op['op_type']}" if op is not None else "op[?]"
+            name = arg["name"] if arg is not None else "?"
+            frame["depth"] += 1
+            frame["path"] = (f"{prefix}{part}/{name}[{parent['children'] - 1}]"
+                             if key == "nets" else f"{prefix}{part}/{name}")
+            if frame["depth"] > max_depth:
+                raise _Refused(("nesting_too_deep", frame["path"],
+                                op["op_index"] if op else None, op["op_type"] if op else None))
+        stack.append(frame)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                visit(v, k, frame, stack)
+                if k == "type" and isinstance(v, str) and frame["op_index"] >= 0:
+                    frame["op_type"] = text(v)
+                elif k == "name" and isinstance(v, str):
+                    frame["name"] = text(v)
+        else:
+            for v in node:
+                visit(v, key, frame, stack)
+        stack.pop()
+
+    try:
+        visit(tree, "", None, [])
+    except _Refused as exc:
+        return exc.args[0]  # type: ignore[no-any-return]
+    return None
+
+
+def test_scan_refuses_as_a_walk_of_the_decoded_body_works_out(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = random.Random(20261228)
+    refused = 0
+    for _ in range(1500):
+        nesting = r.choice([4, 6, 9, 5000])
+        monkeypatch.setattr(jsonscan, "MAX_NESTING", nesting)
+        tree = _body(r)
+        ascii_only = r.random() < 0.5
+        body = json.dumps(tree, separators=r.choice([(",", ":"), (", ", ": ")]),
+                          ensure_ascii=ascii_only).encode()
+        limits = (r.choice([1, 2, 5, 100]), r.choice([0, 1, 2, 8]), r.choice([5, 12, 1000]))
+        want = _first_refusal(tree, limits, nesting, ascii_only)
+        refused += want is not None
+        for size in (r.choice([1, 2, 3, 7]), 64, len(body) + 1):
+            got = _outcome(JsonScan(*limits), _chunks(body, size))
+            assert (got[2], got[4], got[5], got[6]) == want if want else got == ("taken",), (
+                body, limits, size, got, want)
+    assert refused > 300
 
 
 def _chunks(b: bytes, size: int) -> list[bytes]:

@@ -126,3 +126,35 @@ def test_a_byte_just_after_an_op_names_that_op_with_its_type(client: TestClient)
                                          headers=JSON), 400)
     (err,) = problem["errors"]
     assert (err["path"], err["op_index"], err["op_type"]) == ("net.op[1]", 1, None), problem
+
+
+def test_a_large_body_that_asks_for_verification_is_counted() -> None:
+    """With ``verify`` the isolation process hands the work back to the server (it needs the
+    execution workers); that run lost the request's context: no forward-op count, no
+    request ID in its log lines (adversarial review)."""
+    from tests.ops.test_metrics import delta, scrape
+
+    n = 300
+    pad = "p" * 400  # (blob names long enough for a body over 128 KiB: not served inline)
+    ops = [{"type": "Tanh", "input": [f"b{k}{pad}"], "output": [f"b{k + 1}{pad}"]}
+           for k in range(n)]
+    body = json.dumps({"net": {"op": ops}, "ys": [f"b{n}{pad}"], "verify": {
+        "inputs": [{"blob": f"b0{pad}", "random": {"shape": [2], "dtype": "float64"}}],
+        "mode": "fast"}}).encode()
+    assert len(body) > 128 * 1024
+    settings = Settings(workers=1, large_body_bytes=4 * 1024, isolate_large_bodies=True)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        before = scrape(c.get)
+        r = c.post("/v1/gradients/net", content=body, headers=JSON)
+        assert r.status_code == 200, r.text
+        assert r.json()["verify_report"]["passed"] is True
+        after = scrape(c.get)
+    assert delta(before, after, "netgrad_forward_ops_total", route="/v1/gradients/net") == n
+
+
+def test_the_isolation_pool_preloads_the_module_of_the_work_it_serves() -> None:
+    from app.api import isolation
+    from app.api.routes import gradients
+
+    assert gradients._gradient_of_net.__module__ == isolation.ISOLATED_ROUTES
+    assert gradients._gradient_of_op.__module__ == isolation.ISOLATED_ROUTES

@@ -326,5 +326,6 @@ def test_a_worker_imports_the_callers_preload_packages_before_it_is_ready() -> N
         assert preloading.submit(_loaded, names) == names
     with WorkerPool(size=1) as plain:
         assert plain.submit(_loaded, names) == []
-    with WorkerPool(size=1, preload=("no_such_package_for_netgrad",)) as missing:
-        assert missing.submit(_pid) != os.getpid()
+    with WorkerPool(size=1, preload=("no_such_package_for_netgrad", "xmlrpc.client")) as one:
+        assert one.submit(_pid) != os.getpid()  # (a missing name leaves the worker working)
+        assert one.submit(_loaded, names) == ["xmlrpc.client"]  # (a module: itself alone)
