@@ -248,8 +248,7 @@ def _caffe2_list(f: Any, value: list[Any], path: str, caffe2: Caffe2Reader,
     if len(bad) == 1:
         raise bad[0]
     if bad:
-        found = [p for exc in bad for p in exc.problems]
-        raise DecodeError(f"{jsonwalk.counted(found)}; the first: {found[0].message}", found)
+        raise jsonwalk.refusal([p for exc in bad for p in exc.problems])
     return out
 
 

@@ -259,8 +259,7 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
             if len(located) > 1:  # every unknown key and refused value below the field
                 problems = [replace(p, message=f"{path}.{p.message}", path=f"{path}.{p.path}")
                             for p in located]
-                raise DecodeError(f"{jsonwalk.counted(problems)}; the first: "
-                                  f"{problems[0].message}", problems) from exc
+                raise jsonwalk.refusal(problems) from exc
             inner = located[0] if located else None
             if inner is not None:  # located below the field (unknown key)
                 message = f"{path}.{exc.message}"

@@ -112,7 +112,7 @@ def reference_from_json(obj: Any, cls: type[M]) -> M:
         DecodeError: as for :func:`from_json`.
     """
     if not isinstance(obj, dict):
-        got = _JSON_KINDS.get(type(obj).__name__, type(obj).__name__)
+        got = jsonwalk.kind(obj)
         raise DecodeError(f"expected a JSON object ({cls.DESCRIPTOR.name}), got {got}")
     ops = obj.get("op") if cls.DESCRIPTOR.full_name == "caffe2.NetDef" else None
     walked = _walk(obj, cls) if type(ops) is list and len(ops) > WALK_FIRST_OPS else None
@@ -469,7 +469,7 @@ def _b64_to_text(value: str, where: str) -> str:
 
 def _text_to_b64(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        got = _JSON_KINDS.get(type(value).__name__, type(value).__name__)
+        got = jsonwalk.kind(value)
         raise DecodeError.at(f"{where} must be a JSON string (UTF-8 text), got {got}",
                              path=where, code="invalid_field")
     return base64.b64encode(value.encode("utf-8")).decode("ascii")
@@ -508,7 +508,7 @@ def _text_value(field: Any, val: Any, here: str, fix: Callable[[Any, str], Any])
     """``fix`` applied to the value of text field ``field`` (each element if repeated)."""
     if field.is_repeated and not isinstance(val, list):
         raise DecodeError.at(f"{here} must be a JSON array of strings (UTF-8 text), "
-                             f"got {_JSON_KINDS.get(type(val).__name__, type(val).__name__)}",
+                             f"got {jsonwalk.kind(val)}",
                              path=here, code="invalid_field")
     return ([fix(v, f"{here}[{k}]") for k, v in enumerate(val)]
             if field.is_repeated else fix(val, here))

@@ -63,7 +63,12 @@ _REST = (rb'(?:' + _PAIR + rb'){2,}+'  # key-value pairs (groups 1, 2: the last 
 # of ``]`` or of ``"",``) from costing a Python step per byte. Possessive quantifiers: a
 # failed match is never retried inside, so every byte is looked at a bounded number of times.
 _TOKEN = re.compile(rb'\{' + _THREE + rb'\}|\[' + _FLAT + rb'\]|' + _REST)
-_PAIRS = re.compile(_PAIR)
+#: The last ``"type": "..."`` / ``"name": "..."`` pair of a run of pairs (its value: group 1).
+_LAST_PAIR_OF = {
+    name: re.compile(rb'(?s:.*)"' + name + rb'"[ \t\n\r]*+:' + _JUNK + rb'(' + _VALUE + rb')'
+                     ).match
+    for name in (b"type", b"name")
+}
 # Within such an object: flat arrays and objects, keys, strings, structural bytes.
 _INNER = re.compile(_FLAT_ANY + rb'|' + _REST)
 #: Keys that make an object's inside matter (ops, sub-nets; raw bytes, as the scan reads keys).
@@ -137,7 +142,7 @@ class JsonScan:
             c = tok[0]
             if c == 0x22:  # '"'
                 if m.group(1) is not None:  # key-value pairs
-                    self._pairs(tok, m.group(1), m.group(2))
+                    self._pairs(tok[:m.start(1) - 1 - m.start()], m.group(1), m.group(2))
                     continue
                 if tok[-1] == 0x3A:  # keys: each but the last is overridden by the next
                     self._key(m.group(4) if m.group(4) is not None else m.group(3))
@@ -217,23 +222,30 @@ class JsonScan:
 
     def _strings(self, tok: bytes, last: bytes) -> None:
         """Two or more strings, none a key: in an array (or outside any container) a string
-        changes nothing but the last string seen; in an object each is read as one."""
+        changes nothing but the last string seen; in an object the first may be a value
+        (:meth:`_string`), the second commits it, and the rest change nothing."""
         top = self._stack[-1] if self._stack else None
         if top is not None and top.is_object:
-            for m in _STRING.finditer(tok):
-                self._string(m.group()[1:-1])
-            return
+            first = _STRING.match(tok)
+            if first is not None:  # (always: the token starts with a string)
+                self._string(first.group()[1:-1])
+                self._commit(top)
         self._last_string = last[1:-1]
 
-    def _pairs(self, tok: bytes, key: bytes, value: bytes) -> None:
-        """Two or more ``"key": "value"`` pairs; ``key``, ``value``: the last pair. A pair's
-        value matters only under the key ``type`` or ``name`` (:meth:`_commit`), so where
-        neither is in ``tok``, the last pair leaves what all of them would."""
-        if b'"type"' in tok or b'"name"' in tok:
-            for m in _PAIRS.finditer(tok):
-                self._key(m.group(1))
-                self._string(m.group(2)[1:-1])
-            return
+    def _pairs(self, head: bytes, key: bytes, value: bytes) -> None:
+        """Two or more ``"key": "value"`` pairs; ``head``: all but the last, ``key``,
+        ``value``: the last. Each pair's value is committed by the next pair's key, and a
+        commit matters only under the key ``type`` (of an op) or ``name``
+        (:meth:`_commit`): the last such pair of ``head`` (each found by one regex match
+        from the end) and then the last pair leave what all of them would."""
+        top = self._stack[-1] if self._stack else None
+        if top is not None and top.is_object and (b'"type"' in head or b'"name"' in head):
+            self._commit(top)  # (what was pending before the pairs)
+            for name, last_of in _LAST_PAIR_OF.items():
+                found = last_of(head)
+                if found is not None:
+                    top.candidate, top.candidate_key = found.group(1)[1:-1], name
+                    self._commit(top)
         self._key(key)
         self._string(value[1:-1])
 

@@ -51,7 +51,12 @@ def _op(r: random.Random, d: int) -> dict[str, Any]:
             a["nets"] = [_net(r, d + 1) for _ in range(r.randint(0, 2))]
         else:
             a["ints"] = [1, 2]
-        args.append(dict(reversed(list(a.items()))) if r.random() < 0.3 else a)
+        if r.random() < 0.4:  # (a string pair beside "name": a run of pairs)
+            a["s"] = r.choice(WORDS)
+        items = list(a.items())
+        if r.random() < 0.5:
+            r.shuffle(items)
+        args.append(dict(items))
     if args:
         op["arg"] = args
     if r.random() < 0.1:
