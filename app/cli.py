@@ -366,7 +366,10 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
     """The same error report for local and remote failures: headline, then one line each."""
     listed = [p for p in errors if isinstance(p, dict)]
     if len(listed) > 1 and "; the first: " in message:  # (the list below gives every one)
-        message = message.partition("; the first: ")[0]
+        head, _, rest = message.partition("; the first: ")
+        first = str(listed[0].get("message", ""))
+        # (advice added after the first problem's words stays: "...; the file holds ...")
+        message = head + (rest[len(first):] if first and rest.startswith(first) else "")
     print(f"netgrad: {code}: {message}", file=sys.stderr)
     for p in errors:
         if not isinstance(p, dict):

@@ -24,6 +24,8 @@ from core.types import Diagnostic
 MAX_SCAN_CHARS = 1 << 17
 #: A prefix nested deeper than this names no path (no request nests that deep).
 MAX_SCAN_DEPTH = 256
+#: Of the text after a bad byte, this much is read for the ``type`` of the op it is in.
+MAX_LOOKAHEAD_CHARS = 1 << 14
 #: At most this many duplicated keys are listed one by one; the rest are counted.
 MAX_LISTED = 50
 #: The duplicate-key walk looks at most this many JSON values (a body of a million numbers
@@ -115,20 +117,27 @@ def json_path_at(prefix: str) -> str | None:
     return json_place(prefix)[0]
 
 
-def json_place(prefix: str) -> tuple[str | None, Any]:
+def json_place(prefix: str, suffix: str = "") -> tuple[str | None, Any]:
     """:func:`json_path_at` of ``prefix``, and a skeleton of the objects and arrays open
     where it ends: each object holds the key on the path and the ``type`` string it gave
-    before that point (arrays hold ``None`` before the element on the path), so that
+    (arrays hold ``None`` before the element on the path), so that
     :func:`core.proto.jsonmap.with_ops` names the op (index, type) that the path is in.
-    ``(None, None)`` where :func:`json_path_at` gives ``None``."""
+    ``(None, None)`` where :func:`json_path_at` gives ``None``.
+
+    ``suffix``: text read after that point (a bad byte's chunk after the byte; at most
+    :data:`MAX_LOOKAHEAD_CHARS` of it is read), where an open object's ``type`` may still come:
+    ``{"input": ["x\xff"], "type": "Relu"}`` names its op ``Relu``.
+    """
     if len(prefix) > MAX_SCAN_CHARS or not prefix.lstrip().startswith("{"):
         return None, None
     # Each frame: [is_object, key or index, expecting a key, the "type" string of the object
     # (of an array: of its element that has just closed)]
     stack: list[list[Any]] = []
     in_key = False
+    in_string = False
     for m in _TOKEN.finditer(prefix):
         tok = m.group(0)
+        in_string = tok[0] == '"' and not m.group(1)
         if tok[0] == '"':
             top = stack[-1] if stack else None
             if top is not None and top[0] and top[2]:
@@ -162,6 +171,8 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
                 else:
                     top[1] += 1
                     top[3] = None
+    if suffix and not in_key:
+        _types_after(stack, suffix[:MAX_LOOKAHEAD_CHARS], in_string)
     parts: list[str] = []
     for k, (is_obj, at, _, _) in enumerate(stack):
         if is_obj:
@@ -186,6 +197,61 @@ def json_place(prefix: str) -> tuple[str | None, Any]:
                 node = {"type": op_type}
             node = [None] * at + [node]
     return path, node
+
+
+_STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _types_after(stack: list[list[Any]], suffix: str, in_string: bool) -> None:
+    """Fill the ``type`` of each open object of ``stack`` (:func:`json_place`'s frames)
+    that gives ``"type": "<string>"`` in ``suffix``, the text after the prefix (``in_string``:
+    the prefix ends inside a string). Objects and arrays opened in ``suffix`` are skipped
+    whole; the scan ends when the outermost frame closes or the text does."""
+    pos = 0
+    if in_string:
+        m = _STRING_END.match(suffix)
+        if m is None:
+            return
+        pos = m.end()
+    level = len(stack)  # frames of stack still open
+    inner = 0  # containers opened in suffix and not yet closed
+    key: str | None = None  # the last key of the open frame, while its value is awaited
+    after_colon = False
+    for m in _TOKEN.finditer(suffix, pos):
+        tok = m.group(0)
+        if inner:
+            if tok == "{" or tok == "[":
+                inner += 1
+            elif tok == "}" or tok == "]":
+                inner -= 1
+            continue
+        if tok == "{" or tok == "[":
+            inner, key, after_colon = 1, None, False
+        elif tok == "}" or tok == "]":
+            level -= 1
+            key, after_colon = None, False
+            if level == 0:
+                return
+        elif tok == ":":
+            after_colon = key is not None
+        elif tok == ",":
+            key, after_colon = None, False
+        elif m.group(1):  # a whole string: a key, or the value after one
+            frame = stack[level - 1]
+            if after_colon:
+                if key == "type" and frame[0] and frame[3] is None:
+                    try:
+                        frame[3] = json.loads(tok)
+                    except ValueError:
+                        pass
+                key, after_colon = None, False
+            elif frame[0]:
+                try:
+                    key = json.loads(tok)
+                except ValueError:
+                    key = None
+        else:  # (the text ends inside a string)
+            return
 
 
 #: A ``\\u`` escape of a UTF-16 surrogate: the only way a lone surrogate gets into a body

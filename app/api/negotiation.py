@@ -312,12 +312,13 @@ def _bad_byte_path(texts: list[str], exc: UnicodeDecodeError, media: Media
     Only JSON bodies, and only when the text before the byte is short enough to scan
     (:data:`app.api.bodypaths.MAX_SCAN_CHARS`): a hostile body stays cheap to refuse.
     """
-    from app.api.bodypaths import MAX_SCAN_CHARS, json_place
+    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS, json_place
 
     if media is not Media.JSON or sum(map(len, texts)) + exc.start > MAX_SCAN_CHARS:
         return None, None
     head = bytes(exc.object[:exc.start]).decode("utf-8", "replace")
-    return json_place("".join(texts) + head)
+    tail = bytes(exc.object[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS]).decode("utf-8", "replace")
+    return json_place("".join(texts) + head, tail)
 
 
 def _not_utf8(

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from google.protobuf import message, text_format
 
 from core.errors import DecodeError, LimitExceededError
-from core.proto import jsonmap, limits, stack, twin
+from core.proto import jsonmap, limits, stack, textproblems, twin
 
 M = TypeVar("M", bound=message.Message)
 
@@ -292,8 +292,9 @@ def to_binary(msg: message.Message) -> bytes:
 def from_text(text: str, cls: type[M], *, locate: bool = True) -> M:
     """Parse protobuf text format (``.pbtxt``), accepting ``cuda_gpu_id`` for ``device_id``.
 
-    ``locate=False`` skips naming the problem's field path and op (:func:`_text_location`):
-    for probes whose problem nobody reads (is the body perhaps another message?).
+    ``locate=False`` skips naming the problem's field path and op, and listing the other
+    unknown fields (:func:`core.proto.textproblems.text_problem`): for probes whose problem
+    nobody reads (is the body perhaps another message?).
 
     Raises:
         DecodeError: the text does not parse, or nests too deeply for the parser.
@@ -303,7 +304,7 @@ def from_text(text: str, cls: type[M], *, locate: bool = True) -> M:
     try:
         text_format.Parse(parsed, msg)
     except text_format.ParseError as exc:  # (located in the text the parser read)
-        raise _text_problem(exc, cls, parsed if locate else "") from exc
+        raise textproblems.text_problem(exc, cls, parsed if locate else "") from exc
     except RecursionError as exc:  # the pure-Python text parser recurses per nesting level
         raise LimitExceededError.at(
             f"text-format {cls.DESCRIPTOR.name} is nested too deeply for the text parser "
@@ -311,205 +312,6 @@ def from_text(text: str, cls: type[M], *, locate: bool = True) -> M:
         ) from exc
     _check_complete(msg)
     return msg
-
-
-#: Longest parser message a text-format problem repeats (the parser quotes whole tokens:
-#: a 64 MiB line came back twice in a 147 MB answer; walkthrough, stop 21).
-MAX_TEXT_ERROR_CHARS = 300
-_NO_FIELD = re.compile(r'Message type "?(?P<type>[\w.]+)"? has no field named "?(?P<name>\w+)"?')
-
-
-def _text_problem(exc: text_format.ParseError, cls: type[message.Message],
-                  source: str = "") -> DecodeError:
-    """A text-format parse error as a short problem: the parser's ``line:column`` and reason
-    (cut to :data:`MAX_TEXT_ERROR_CHARS`), code ``unknown_field`` for an unknown name, and
-    the field path, op index and op type where it is (:func:`_text_location`)."""
-    text = str(exc)
-    if len(text) > MAX_TEXT_ERROR_CHARS:
-        text = text[:MAX_TEXT_ERROR_CHARS] + f"... ({len(text):,} characters in all)"
-    found = _NO_FIELD.search(text)
-    code = "unknown_field" if found else "invalid_field"
-    msg = f"invalid text-format {cls.DESCRIPTOR.name}: {text}"
-    if found:
-        msg += f" (a field of {found['type']} is misspelt, or the client's schema differs)"
-        close, _ = jsonmap.nearest_field(cls, found["type"], found["name"])
-        if close is not None:
-            msg += f"; did you mean {close!r}?"
-    line, column = exc.GetLine(), exc.GetColumn()
-    path, op_index, op_type = (_text_location(source, cls, line, column)
-                               if source and line and column else (None, None, None))
-    if found and close is None:
-        msg += _misplaced_hint(cls, found["type"], found["name"], path)
-    if found and path is not None:  # (the path names the unknown key, as JSON's does)
-        path = f"{path}.{found['name']}" if path else found["name"]
-    if text.endswith('Expected "{".') and source and line and column and path is not None:
-        field, example = _scalar_for_message(source, cls, line, column, top=not path)
-        if field is not None:
-            msg = msg.rstrip(".") + f"; {field} holds a message, not a bare value: write {example}"
-            path = f"{path}.{field}" if path else field
-    path = path or None  # ("": the top level; None: not found)
-    return DecodeError.at(msg, code=code, path=path, op_index=op_index, op_type=op_type)
-
-
-def _misplaced_hint(cls: type[message.Message], type_name: str, name: str,
-                    path: str | None) -> str:
-    """``; ...`` for a text-format field written one level off: a field of a singular
-    message field of ``type_name`` (top-level ``inputs`` of a VerifyRequest belongs in
-    ``verify { }``), or a top-level field of ``cls`` written inside one of its messages
-    (``verify { ys: ... }``); ``""`` when ``name`` is neither. ``path``: where the unknown key
-    sits (``""`` at the top level, as :func:`_text_location` gives it)."""
-    try:
-        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(type_name)
-    except KeyError:
-        return ""
-    for f in desc.fields:
-        if (f.message_type is not None and not f.is_repeated
-                and name in f.message_type.fields_by_name):
-            inner = f.message_type.fields_by_name[name]
-            value = "{ ... }" if inner.message_type is not None else ": ..."
-            return (f"; {name} is a field of {f.message_type.name}: in text format and binary "
-                    f"it sits inside {f.name} {{ }}, e.g. {f.name} {{ {name} {value} }}")
-    top = cls.DESCRIPTOR
-    if path and "." not in path and "[" not in path and name in top.fields_by_name:
-        return (f"; {name} is a field of {top.name} itself: move it out of {path} {{ }} to the "
-                "top level")
-    return ""
-
-
-#: How a top-level message field of a request is written in text format.
-_TEXT_EXAMPLES = {
-    "ys": 'ys { blob: "y" } for each y (an all-ones seed), or '
-          'ys { blob: "y" gradient { dense: "y_grad" } }',
-    "g_output": 'g_output { dense: "y_grad" } for each output of the op, in order '
-                "(g_output { } for an output without a gradient)",
-    "gradient": 'gradient { dense: "y_grad" } (or gradient { slice { indices: "i" values: '
-                '"v" } })',
-}
-
-
-def _scalar_for_message(text: str, cls: type[message.Message], line: int, column: int,
-                        top: bool = True) -> tuple[str | None, str]:
-    """The message field given a bare value at ``line:column`` (the parser expected ``{``),
-    e.g. ``ys: "y"``, and how to write it instead: a top-level field of ``cls`` (``top``), or
-    deeper down one of :data:`_TEXT_EXAMPLES` (``ys { gradient: "g" }``)."""
-    lines = text.split("\n")
-    before = lines[line - 1][:column - 1] if 0 < line <= len(lines) else ""
-    m = re.search(r"(\w+)\s*:?\s*\[?\s*\Z", before)  # (also the list form, ys: ["y"])
-    if m is not None and not top:
-        return (m[1], _TEXT_EXAMPLES[m[1]]) if m[1] in _TEXT_EXAMPLES else (None, "")
-    f = cls.DESCRIPTOR.fields_by_name.get(m[1]) if m else None
-    if f is None or f.message_type is None:
-        return None, ""
-    return f.name, _TEXT_EXAMPLES.get(f.name, f"{f.name} {{ ... }} ({f.message_type.name})")
-
-
-def _type_after(tok: text_format.Tokenizer) -> str | None:
-    """The ``type: "..."`` given later in the OperatorDef ``tok`` is in (same depth), if any
-    (within :data:`MAX_TYPE_TOKENS` tokens)."""
-    depth, prev = 0, ""
-    for _ in range(MAX_TYPE_TOKENS):
-        if tok.AtEnd():
-            return None
-        t = tok.token
-        if t in ("{", "<"):
-            depth += 1
-        elif t in ("}", ">"):
-            depth -= 1
-            if depth < 0:
-                return None
-        elif depth == 0 and prev == "type" and t == ":":
-            tok.NextToken()
-            try:  # (a bad string after the problem: no type, but keep the location)
-                return tok.ConsumeString() if tok.token[:1] in ('"', "'") else None
-            except text_format.ParseError:
-                return None
-        prev = t
-        tok.NextToken()
-    return None
-
-
-#: Most tokens :func:`_type_after` reads past the problem, looking for the op's ``type``.
-MAX_TYPE_TOKENS = 10_000
-
-
-#: Most tokens :func:`_text_location` reads, then it gives up (about 0.6 s of CPU here: the
-#: error path costs at most about what parsing the text did).
-MAX_LOCATE_TOKENS = 100_000
-
-
-def _text_location(text: str, cls: type[message.Message], line: int, column: int
-                   ) -> tuple[str | None, int | None, str | None]:
-    """The field path, and the innermost OperatorDef's index and type, at ``line:column``
-    (1-based, as :class:`text_format.ParseError` gives them) of a text-format ``cls``.
-
-    Reads protobuf's own tokens up to that place, keeping the open messages: for each, its
-    field (the descriptor says whether it repeats) and, for an OperatorDef, the ``type``
-    given before the place. The path is ``""`` at the top level; ``(None, None, None)`` where
-    the text cannot be followed (more than :data:`MAX_LOCATE_TOKENS` tokens, or a token the
-    tokenizer refuses).
-    """
-    # (descriptor, path, counts of repeated fields seen, op index or None, op type or None,
-    # the field of an open ``[...]`` list)
-    frames: list[list[Any]] = [[cls.DESCRIPTOR, "", {}, None, None, None]]
-    where = (line - 1, column - 1)
-    tok = text_format.Tokenizer(text.split("\n"))  # (lines as text_format.Parse splits them)
-    pending: Any = None  # the field named by the last identifier, awaiting its value
-    last_ident = ""
-    try:
-        for _ in range(MAX_LOCATE_TOKENS):
-            # (the tokenizer's position is private: a protobuf without it ends the walk)
-            if tok.AtEnd() or (tok._line, tok._column) >= where:  # type: ignore[attr-defined]
-                break
-            t = tok.token
-            desc, path, counts = frames[-1][0], frames[-1][1], frames[-1][2]
-            field = pending if pending is not None else frames[-1][5]
-            if t in ("{", "<") and field is not None and field.message_type is not None:
-                pending = field
-                name = pending.name
-                here = f"{path}.{name}" if path else name
-                index = None
-                if pending.is_repeated:
-                    index = counts.get(name, 0)
-                    counts[name] = index + 1
-                    here = f"{here}[{index}]"
-                is_op = pending.message_type.full_name == "caffe2.OperatorDef"
-                # (a single op, OpGradientRequest.op, is op 0, as the engine names it)
-                frames.append([pending.message_type, here, {},
-                               (0 if index is None else index) if is_op else None, None, None])
-                pending = None
-            elif t in ("}", ">"):
-                if len(frames) > 1:
-                    frames.pop()
-                pending = None
-            elif t in (":", ",", "[", "]"):
-                if t == "[":
-                    frames[-1][5] = pending
-                elif t == "]":
-                    frames[-1][5] = pending = None
-            elif t[:1] in ('"', "'"):
-                if (last_ident == "type" and desc.full_name == "caffe2.OperatorDef"
-                        and frames[-1][4] is None):
-                    frames[-1][4] = text_format.Tokenizer([t]).ConsumeString()
-                pending = None
-            else:
-                f = desc.fields_by_name.get(t)
-                if f is not None:
-                    pending, last_ident = f, t
-                else:
-                    last_ident = ""
-            tok.NextToken()
-        else:
-            return None, None, None
-        ops = [f for f in frames if f[3] is not None]
-        if ops and ops[-1][4] is None and ops[-1] is frames[-1]:
-            ops[-1][4] = _type_after(tok)
-    except (text_format.ParseError, AttributeError, ValueError):
-        return None, None, None
-    ops = [f for f in frames if f[3] is not None]
-    path = frames[-1][1]  # ("" at the top level)
-    if not ops:
-        return path, None, None
-    return path, ops[-1][3], ops[-1][4]
 
 
 def to_text(msg: message.Message) -> str:

@@ -25,7 +25,7 @@ from core.api import gradient_for_net
 from core.errors import DecodeError, ExecutionError
 from core.executor.executor import execute
 from core.executor.jobs import run_net
-from core.proto import codec
+from core.proto import textproblems
 from core.proto.codec import from_text
 from core.registry import make_arg, make_op
 from core.verify.checker import InputSpec, VerifyOptions, verify_net
@@ -158,7 +158,7 @@ def test_a_text_format_problem_names_its_path_op_index_and_type(
 def test_a_text_format_problem_deep_in_a_long_body_stays_cheap() -> None:
     """Past MAX_LOCATE_TOKENS the walk gives up: the problem keeps its line:column."""
     ops = "\n".join(f'op {{ type: "Relu" input: "x{i}" output: "x{i + 1}" }}'
-                    for i in range(codec.MAX_LOCATE_TOKENS // 10 + 10))
+                    for i in range(textproblems.MAX_LOCATE_TOKENS // 10 + 10))
     with pytest.raises(DecodeError) as info:
         from_text(f'net {{ {ops}\n op {{ type: "Scale" inptu: "y" }} }}',
                   netgrad_pb2.NetGradientRequest)

@@ -39,9 +39,9 @@ def client() -> Iterator[TestClient]:
     ("/v1/gradients/op",  # the single op of an OpGradientRequest is op 0
      b'{"op": {"type": "Relu", "input": ["x\xfe"], "output": ["y"]}, "g_output": ["gy"]}',
      "op.input[0]", 0, "Relu"),
-    ("/v1/gradients/op",  # the type not given before the byte: the index only
+    ("/v1/gradients/op",  # the type given after the byte (stop 31: read ahead for it)
      b'{"op": {"input": ["x\xfe"], "type": "Relu", "output": ["y"]}, "g_output": ["gy"]}',
-     "op.input[0]", 0, None),
+     "op.input[0]", 0, "Relu"),
     ("/v1/gradients/net",  # the byte in the type itself
      b'{"net": {"op": [{"type": "Re\xfflu"}]}, "ys": ["y"]}', "net.op[0].type", 0, None),
     ("/v1/gradients/net",  # not in an op: no op named

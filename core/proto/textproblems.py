@@ -1,0 +1,277 @@
+"""Problems of text-format (``.pbtxt``) bodies, located and listed as JSON bodies' are.
+
+``text_format.Parse`` stops at its first error and names only its ``line:column``. Here that
+error gets the field path, op index and op type where it stands, and when it is an unknown
+field, every other unknown field of the text is listed beside it (as a JSON body's are):
+one walk over protobuf's own tokens (:class:`text_format.Tokenizer`) follows the message
+types by their descriptors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import message, text_format
+
+from core.errors import DecodeError
+from core.proto import jsonmap, jsonwalk
+from core.types import Diagnostic
+
+#: Longest parser message a text-format problem repeats (the parser quotes whole tokens:
+#: a 64 MiB line came back twice in a 147 MB answer; walkthrough, stop 21).
+MAX_TEXT_ERROR_CHARS = 300
+_NO_FIELD = re.compile(r'Message type "?(?P<type>[\w.]+)"? has no field named "?(?P<name>\w+)"?')
+
+#: Most tokens the walk reads, then it gives up (about 0.2-0.6 s of CPU here: the error
+#: path costs at most about what parsing the text did). Problems past it keep their
+#: ``line:column`` only; unknown fields past it are not listed.
+MAX_LOCATE_TOKENS = 100_000
+
+_OP = "caffe2.OperatorDef"
+
+
+def text_problem(exc: text_format.ParseError, cls: type[message.Message],
+                 source: str = "") -> DecodeError:
+    """A text-format parse error as short problems: the parser's ``line:column`` and reason
+    (cut to :data:`MAX_TEXT_ERROR_CHARS`), code ``unknown_field`` for an unknown name, and
+    the field path, op index and op type where it is. An unknown field comes with every
+    other unknown field of ``source`` after it (up to :data:`core.proto.jsonwalk.MAX_LISTED`
+    in all); ``source`` empty: the parser's problem alone, not located.
+
+    Source: protobuf's text format (spec §1.5), its problems named as JSON's are (§1.1).
+    """
+    text = str(exc)
+    if len(text) > MAX_TEXT_ERROR_CHARS:
+        text = text[:MAX_TEXT_ERROR_CHARS] + f"... ({len(text):,} characters in all)"
+    found = _NO_FIELD.search(text)
+    line, column = exc.GetLine(), exc.GetColumn()
+    walk = (_walk(source, cls, (line, column), collect=found is not None)
+            if source and line and column else None)
+    path, op_index, op_type = walk.place() if walk is not None else (None, None, None)
+    msg = f"invalid text-format {cls.DESCRIPTOR.name}: {text}"
+    if found:
+        msg += _unknown_advice(cls, found["type"], found["name"], path)
+        if path is not None:  # (the path names the unknown key, as JSON's does)
+            path = f"{path}.{found['name']}" if path else found["name"]
+    elif text.endswith('Expected "{".') and path is not None and line and column:
+        field_name, example = _scalar_for_message(source, cls, line, column, top=not path)
+        if field_name is not None:
+            msg = (msg.rstrip(".") + f"; {field_name} holds a message, not a bare value: "
+                   f"write {example}")
+            path = f"{path}.{field_name}" if path else field_name
+    first = Diagnostic("error", "unknown_field" if found else "invalid_field", msg,
+                       op_index=op_index, op_type=op_type, path=path or None)
+    problems = [first]
+    if found and walk is not None:
+        for u in walk.unknown:
+            if (u.line, u.column) <= (line, column):
+                continue  # (the parser's own problem, or one it read past: not unknown)
+            where = f"{u.path}.{u.name}" if u.path else u.name
+            problems.append(Diagnostic(
+                "error", "unknown_field",
+                f"invalid text-format {cls.DESCRIPTOR.name}: {u.line}:{u.column} : Message "
+                f'type "{u.type_name}" has no field named "{u.name}".'
+                + _unknown_advice(cls, u.type_name, u.name, u.path),
+                op_index=u.op[3] if u.op else None, op_type=u.op[4] if u.op else None,
+                path=where))
+    return jsonwalk.refusal(problems)
+
+
+def _unknown_advice(cls: type[message.Message], type_name: str, name: str,
+                    path: str | None) -> str:
+    """What to do about the unknown field ``name`` of ``type_name``: the field meant, or
+    the level it belongs at (:func:`_misplaced_hint`)."""
+    out = f" (a field of {type_name} is misspelt, or the client's schema differs)"
+    close, _ = jsonmap.nearest_field(cls, type_name, name)
+    if close is not None:
+        return out + f"; did you mean {close!r}?"
+    return out + _misplaced_hint(cls, type_name, name, path)
+
+
+def _misplaced_hint(cls: type[message.Message], type_name: str, name: str,
+                    path: str | None) -> str:
+    """``; ...`` for a text-format field written one level off: a field of a singular
+    message field of ``type_name`` (top-level ``inputs`` of a VerifyRequest belongs in
+    ``verify { }``), or a top-level field of ``cls`` written inside one of its messages
+    (``verify { ys: ... }``); ``""`` when ``name`` is neither. ``path``: where the unknown key
+    sits (``""`` at the top level)."""
+    try:
+        desc = cls.DESCRIPTOR.file.pool.FindMessageTypeByName(type_name)
+    except KeyError:
+        return ""
+    for f in desc.fields:
+        if (f.message_type is not None and not f.is_repeated
+                and name in f.message_type.fields_by_name):
+            inner = f.message_type.fields_by_name[name]
+            value = "{ ... }" if inner.message_type is not None else ": ..."
+            return (f"; {name} is a field of {f.message_type.name}: in text format and binary "
+                    f"it sits inside {f.name} {{ }}, e.g. {f.name} {{ {name} {value} }}")
+    top = cls.DESCRIPTOR
+    if path and "." not in path and "[" not in path and name in top.fields_by_name:
+        return (f"; {name} is a field of {top.name} itself: move it out of {path} {{ }} to the "
+                "top level")
+    return ""
+
+
+#: How a top-level message field of a request is written in text format.
+_TEXT_EXAMPLES = {
+    "ys": 'ys { blob: "y" } for each y (an all-ones seed), or '
+          'ys { blob: "y" gradient { dense: "y_grad" } }',
+    "g_output": 'g_output { dense: "y_grad" } for each output of the op, in order '
+                "(g_output { } for an output without a gradient)",
+    "gradient": 'gradient { dense: "y_grad" } (or gradient { slice { indices: "i" values: '
+                '"v" } })',
+}
+
+
+def _scalar_for_message(text: str, cls: type[message.Message], line: int, column: int,
+                        top: bool = True) -> tuple[str | None, str]:
+    """The message field given a bare value at ``line:column`` (the parser expected ``{``),
+    e.g. ``ys: "y"``, and how to write it instead: a top-level field of ``cls`` (``top``), or
+    deeper down one of :data:`_TEXT_EXAMPLES` (``ys { gradient: "g" }``)."""
+    lines = text.split("\n")
+    before = lines[line - 1][:column - 1] if 0 < line <= len(lines) else ""
+    m = re.search(r"(\w+)\s*:?\s*\[?\s*\Z", before)  # (also the list form, ys: ["y"])
+    if m is not None and not top:
+        return (m[1], _TEXT_EXAMPLES[m[1]]) if m[1] in _TEXT_EXAMPLES else (None, "")
+    f = cls.DESCRIPTOR.fields_by_name.get(m[1]) if m else None
+    if f is None or f.message_type is None:
+        return None, ""
+    return f.name, _TEXT_EXAMPLES.get(f.name, f"{f.name} {{ ... }} ({f.message_type.name})")
+
+
+@dataclass
+class _Unknown:
+    """A field name its message type does not have, at 1-based ``line:column``."""
+
+    line: int
+    column: int
+    type_name: str
+    name: str
+    path: str  # of the message holding it ("" at the top level)
+    op: list[Any] | None  # the innermost OperatorDef's frame (index at [3], type at [4])
+
+
+@dataclass
+class _Walk:
+    """What :func:`_walk` found: where the problem stands, and the unknown fields."""
+
+    path: str | None = None
+    op: list[Any] | None = None
+    reached: bool = False
+    unknown: list[_Unknown] = field(default_factory=list)
+
+    def place(self) -> tuple[str | None, int | None, str | None]:
+        """``(path, op index, op type)`` of the problem; all ``None`` if not reached."""
+        if not self.reached:
+            return None, None, None
+        if self.op is None:
+            return self.path, None, None
+        return self.path, self.op[3], self.op[4]
+
+
+def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: bool
+          ) -> _Walk:
+    """Read protobuf's tokens of a text-format ``cls``, keeping the open messages: for each,
+    its field (the descriptor says whether it repeats) and, for an OperatorDef, its index and
+    ``type``. Records the path and innermost op at ``at`` (1-based ``line:column``, as
+    :class:`text_format.ParseError` gives it) and, with ``collect``, each unknown field name.
+
+    The walk goes on past ``at`` while the op there has not given its ``type`` yet, and with
+    ``collect`` to the end, up to :data:`MAX_LOCATE_TOKENS` tokens in all; it ends early at a
+    token the tokenizer refuses (what was found before it stays).
+    """
+    # Frames: [descriptor (None inside an unknown field's message), path, counts of repeated
+    # fields seen, op index or None, op type or None, the field of an open ``[...]`` list]
+    frames: list[list[Any]] = [[cls.DESCRIPTOR, "", {}, None, None, None]]
+    out = _Walk()
+    where = (at[0] - 1, at[1] - 1)
+    tok = text_format.Tokenizer(text.split("\n"))  # (lines as text_format.Parse splits them)
+    pending: Any = None  # the field named by the last identifier, awaiting its value
+    last_ident = ""
+    value_next = False  # the next token is a value (after ":"), not a field name
+    try:
+        for _ in range(MAX_LOCATE_TOKENS):
+            if tok.AtEnd():
+                break
+            # (the tokenizer's position is private: a protobuf without it ends the walk)
+            here = (tok._line, tok._column)  # type: ignore[attr-defined]
+            if not out.reached and here >= where:
+                out.reached = True
+                out.path = frames[-1][1]
+                ops = [f for f in frames if f[3] is not None]
+                out.op = ops[-1] if ops else None
+            if (out.reached and (not collect or len(out.unknown) >= jsonwalk.MAX_LISTED)
+                    and (out.op is None or out.op[4] is not None
+                         or not any(f is out.op for f in frames))):
+                break
+            t = tok.token
+            desc, path, counts = frames[-1][0], frames[-1][1], frames[-1][2]
+            in_list = frames[-1][5]
+            fld = pending if pending is not None else in_list
+            if fld is _UNKNOWN_LIST:
+                fld = None
+            if t in ("{", "<"):
+                if desc is not None and fld is not None and fld.message_type is not None:
+                    name = fld.name
+                    here_path = f"{path}.{name}" if path else name
+                    index = None
+                    if fld.is_repeated:
+                        index = counts.get(name, 0)
+                        counts[name] = index + 1
+                        here_path = f"{here_path}[{index}]"
+                    is_op = fld.message_type.full_name == _OP
+                    # (a single op, OpGradientRequest.op, is op 0, as the engine names it)
+                    frames.append([fld.message_type, here_path, {},
+                                   (0 if index is None else index) if is_op else None,
+                                   None, None])
+                else:  # (the message of an unknown field: skipped whole)
+                    frames.append([None, path, {}, None, None, None])
+                pending, value_next = None, False
+            elif t in ("}", ">"):
+                if len(frames) > 1:
+                    frames.pop()
+                pending, value_next = None, False
+            elif t == ":":
+                value_next = True
+            elif t in (",", ";", "[", "]"):
+                if t == "[":
+                    frames[-1][5] = pending if pending is not None else _UNKNOWN_LIST
+                elif t == "]":
+                    frames[-1][5] = pending = None
+                    value_next = False
+                elif in_list is None:
+                    value_next = False
+            elif desc is None:
+                pass
+            elif t[:1] in ('"', "'"):
+                if last_ident == "type" and desc.full_name == _OP and frames[-1][4] is None:
+                    try:  # (a bad string: no type, but keep the location)
+                        frames[-1][4] = text_format.Tokenizer([t]).ConsumeString()
+                    except text_format.ParseError:
+                        pass
+                if in_list is None:
+                    pending, value_next = None, False
+            elif value_next or in_list is not None:  # (an enum, bool or number value)
+                if in_list is None:
+                    pending, value_next = None, False
+            else:
+                f = desc.fields_by_name.get(t)
+                if f is not None:
+                    pending, last_ident = f, t
+                else:
+                    pending, last_ident = None, ""
+                    if collect and len(out.unknown) < jsonwalk.MAX_LISTED and t[:1].isalpha():
+                        ops = [fr for fr in frames if fr[3] is not None]
+                        out.unknown.append(_Unknown(here[0] + 1, here[1] + 1, desc.full_name,
+                                                    t, path, ops[-1] if ops else None))
+            tok.NextToken()
+    except (text_format.ParseError, AttributeError, ValueError):
+        pass
+    return out
+
+
+#: The open ``[...]`` list of an unknown field (its values are skipped).
+_UNKNOWN_LIST = object()
