@@ -59,12 +59,15 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
                 raise DecodeError(f"{path}: not UTF-8 text ({exc}); a binary NetDef needs "
                                   "the .pb extension") from exc
             _refuse_empty(path, re.sub(r"(?m)#.*$", "", text).strip())  # (or comments only)
-            return codec.from_text(text, caffe2_pb2.NetDef)
-        if suffix == ".json":
             try:
-                obj = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
-                raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
+                return codec.from_text(text, caffe2_pb2.NetDef)
+            except DecodeError as exc:
+                if re.match(r'\s*[{\[]\s*"', text):  # (JSON saved under a text name)
+                    raise DecodeError(f"{exc.message}; the file holds JSON: name it .json",
+                                      exc.problems) from exc
+                raise
+        if suffix == ".json":
+            obj = _read_json(path)
             net_ops = isinstance(obj, dict) and isinstance(obj.get("op"), list)
             if isinstance(obj, dict) and "g_output" in obj and not net_ops:
                 raise DecodeError(f"{path}: {_request_file('OpGradientRequest')}")
@@ -97,6 +100,47 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
         if kind is not None:
             raise DecodeError(f"{path}: {_request_file(kind)}")
     return net
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON value of the file at ``path``, its problems located as the HTTP API locates
+    them (spec §1.5): the field path and op of a byte that is not UTF-8 or of a syntax error,
+    with advice for the common slips.
+
+    Raises:
+        DecodeError: the file is not UTF-8 JSON.
+        OSError: the file cannot be read.
+    """
+    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS, json_place, syntax_place
+    from core.proto.jsonmap import with_ops
+
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where, skeleton = (None, None)
+        if exc.start <= MAX_SCAN_CHARS:
+            where, skeleton = json_place(
+                data[:exc.start].decode("utf-8", "replace"),
+                data[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS].decode("utf-8", "replace"))
+        at = f", in {where}" if where else ""
+        err = DecodeError.at(f"{path}: not UTF-8 (byte {exc.start}{at}: {exc.reason}); save "
+                             "it as UTF-8 text", code="invalid_utf8", path=where)
+        raise (with_ops(err, skeleton, caffe2_pb2.NetDef) if where else err) from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where, skeleton, advice = (syntax_place(text, exc) if exc.pos <= MAX_SCAN_CHARS
+                                   else (None, None, ""))
+        head = text.lstrip()[:64]
+        if not advice and head[:1].isalpha() and ("{" in head or ":" in head):
+            advice = "; the file looks like protobuf text format: name it .pbtxt"
+        at = f" in {where}" if where else ""
+        err = DecodeError.at(f"{path}: not valid JSON: {exc}{at}{advice}", code="invalid_json",
+                             path=where)
+        raise (with_ops(err, skeleton, caffe2_pb2.NetDef) if where else err) from exc
+    except (ValueError, RecursionError) as exc:  # (>4300-digit ints, nesting)
+        raise DecodeError(f"{path}: not valid JSON: {exc}") from exc
 
 
 def _refuse_empty(path: Path, content: object) -> None:
@@ -333,7 +377,8 @@ def _print_local_problem(exc: NetgradError, route: str) -> None:
 
 
 def _problem_dict(p: Diagnostic) -> dict[str, Any]:
-    return {"code": p.code, "path": p.path, "message": p.message}
+    return {"code": p.code, "path": p.path, "message": p.message, "op_index": p.op_index,
+            "op_type": p.op_type}
 
 
 def _problem_document(body: str) -> dict[str, Any] | None:
@@ -379,8 +424,12 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
             p = {**p, "message": p["message"][len(p["path"]) + 2:]}  # (its path, once)
         # (one problem whose words the headline already gave, remote or local)
         said = len(listed) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
-        print(f"  - {p.get('code')}{where}" + ("" if said else f": {p.get('message')}"),
-              file=sys.stderr)
+        op_type, op_index = p.get("op_type"), p.get("op_index")
+        # (the op a field path is in, unless the path already names it: "op[0]:Relu")
+        of_op = ("" if op_index is None or f":{op_type}" in str(p.get("path")) else
+                 f" (op {op_index}{f', {op_type}' if op_type else ''})")
+        print(f"  - {p.get('code')}{where}" + ("" if said else f": {p.get('message')}")
+              + of_op, file=sys.stderr)
     codes = {p.get("code") for p in errors if isinstance(p, dict)}
     for code, hint in CLI_HINTS.items():
         if code in codes:

@@ -171,8 +171,8 @@ def json_place(prefix: str, suffix: str = "") -> tuple[str | None, Any]:
                 else:
                     top[1] += 1
                     top[3] = None
-    if suffix and not in_key:
-        _types_after(stack, suffix[:MAX_LOOKAHEAD_CHARS], in_string)
+    if suffix:
+        _types_after(stack, suffix[:MAX_LOOKAHEAD_CHARS], in_string or in_key, in_key)
     parts: list[str] = []
     for k, (is_obj, at, _, _) in enumerate(stack):
         if is_obj:
@@ -199,14 +199,70 @@ def json_place(prefix: str, suffix: str = "") -> tuple[str | None, Any]:
     return path, node
 
 
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+
+
+def syntax_place(text: str, exc: json.JSONDecodeError) -> tuple[str | None, Any, str]:
+    """Where a JSON syntax error stands, and what to do about it.
+
+    Args:
+        text: the body ``json.loads`` refused.
+        exc: its error (``exc.pos``: the character it stopped at).
+
+    Returns:
+        ``(path, skeleton, advice)``: :func:`json_place` of the text before ``exc.pos`` (the
+        text after it read for the op's ``type``), so that the problem names the field and
+        op it is in (``None, None`` past :data:`MAX_SCAN_CHARS`, or outside any field), and
+        advice for the common slips (``""`` when there is none to give): a raw control
+        character in a string, a backslash that starts no escape, single quotes, a trailing
+        comma, Python's ``True``/``None``.
+    """
+    pos = exc.pos
+    path, skeleton = json_place(text[:pos], text[pos:pos + MAX_LOOKAHEAD_CHARS])
+    return path, skeleton, _syntax_advice(text, exc)
+
+
+def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
+    pos = exc.pos
+    ch = text[pos] if pos < len(text) else ""
+    before = text[max(0, pos - 64):pos].rstrip()
+    if exc.msg.startswith("Invalid control character"):
+        escaped = _ESCAPES.get(ch, f"\\u{ord(ch):04x}") if ch else ""
+        return (f"; a raw control character (U+{ord(ch):04X}) stands inside a string: JSON "
+                f"writes it as the escape {escaped}" if ch else "")
+    if exc.msg.startswith("Invalid \\uXXXX"):
+        return "; \\u takes exactly four hex digits (\\u00e9)"
+    if exc.msg.startswith("Invalid \\escape"):
+        return ("; a backslash in a JSON string starts an escape (\\\", \\\\, \\/, \\n, \\t, "
+                "\\uXXXX): write a backslash itself as \\\\")
+    if exc.msg.startswith("Unterminated string"):
+        return '; the string is not closed: end it with "'
+    if not text[pos:].strip():
+        return "; the body ends before its last object or array is closed (was it cut off?)"
+    if ch == "'":
+        return "; JSON strings and keys take double quotes (\"), not single ones"
+    if before.endswith(",") and ch and (
+            ch in "]}" or exc.msg.startswith("Expecting property name")):
+        return f"; remove the comma before {ch!r}: JSON allows none after the last item"
+    word = re.match(r"[A-Za-z_]\w*", text[pos:pos + 16])
+    if word and word[0] in ("True", "False", "None"):
+        return f"; JSON writes {word[0]} as {_JSON_WORDS[word[0]]}"
+    return ""
+
+
+_JSON_WORDS = {"True": "true", "False": "false", "None": "null"}
+
+
 _STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
-def _types_after(stack: list[list[Any]], suffix: str, in_string: bool) -> None:
+def _types_after(stack: list[list[Any]], suffix: str, in_string: bool,
+                 in_key: bool = False) -> None:
     """Fill the ``type`` of each open object of ``stack`` (:func:`json_place`'s frames)
     that gives ``"type": "<string>"`` in ``suffix``, the text after the prefix (``in_string``:
-    the prefix ends inside a string). Objects and arrays opened in ``suffix`` are skipped
-    whole; the scan ends when the outermost frame closes or the text does."""
+    the prefix ends inside a string; ``in_key``: that string is a key, whose value comes
+    next). Objects and arrays opened in ``suffix`` are skipped whole; the scan ends when the
+    outermost frame closes or the text does."""
     pos = 0
     if in_string:
         m = _STRING_END.match(suffix)
@@ -215,7 +271,9 @@ def _types_after(stack: list[list[Any]], suffix: str, in_string: bool) -> None:
         pos = m.end()
     level = len(stack)  # frames of stack still open
     inner = 0  # containers opened in suffix and not yet closed
-    key: str | None = None  # the last key of the open frame, while its value is awaited
+    # The last key of the open frame, while its value is awaited (a key cut by the bad byte
+    # is no "type" key, but its value is a value).
+    key: str | None = "" if in_key else None
     after_colon = False
     for m in _TOKEN.finditer(suffix, pos):
         tok = m.group(0)

@@ -184,6 +184,9 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
 
     is_op = cls is netgrad_pb2.OpGradientRequest
     route = _ROUTES.get(cls, "")
+    # (the parser's own problem: the other unknown fields listed beside it are the bare
+    # message's own fields, which the wrapper's hint covers)
+    first = exc.problems[0].message if exc.problems else exc.message
     if not is_op and route not in ("", "/v1/jobs"):
         from app.api.hints import op_on_net_hint
 
@@ -194,7 +197,7 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
                 continue
             # (`op { ... }` alone is also a one-op NetDef: the request needs its g_output)
             if op_msg.type if bare else (op_msg.op.type and len(op_msg.g_output) > 0):
-                raise DecodeError.at(join_hint(exc.message, op_on_net_hint(route, bare)),
+                raise DecodeError.at(join_hint(first, op_on_net_hint(route, bare)),
                                      code="bare_operatordef" if bare
                                      else "op_request_on_net_route") from exc
     if is_op:
@@ -203,16 +206,16 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
         # A net route's request names a field OpGradientRequest lacks at its top level
         # (`net`, `ys`, `fetch`...): told by the parser's words, without parsing it again (a
         # megabyte of text takes seconds in the pure-Python parser; review, stop 25).
-        top = _TOP_UNKNOWN.search(exc.message)
+        top = _TOP_UNKNOWN.search(first)
         if top is not None and top["name"] in _NET_REQUEST_FIELDS:
-            raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT),
+            raise DecodeError.at(join_hint(first, NET_ON_OP_HINT),
                                  code="net_request_on_op_route") from exc
         try:
             bare_net = codec.from_text(text, caffe2_pb2.NetDef, locate=False)
         except DecodeError:
             bare_net = None
         if bare_net is not None and len(bare_net.op) > 0:
-            raise DecodeError.at(join_hint(exc.message, NET_ON_OP_HINT),
+            raise DecodeError.at(join_hint(first, NET_ON_OP_HINT),
                                  code="bare_netdef") from exc
     try:
         if is_op:
@@ -224,7 +227,7 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
     if not found:
         return
     code = "bare_operatordef" if is_op else "bare_netdef"
-    raise DecodeError.at(join_hint(exc.message, bare_text_hint(cls.DESCRIPTOR.name)),
+    raise DecodeError.at(join_hint(first, bare_text_hint(cls.DESCRIPTOR.name)),
                          code=code) from exc
 
 

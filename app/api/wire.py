@@ -212,7 +212,14 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
         if exc.msg == "Extra data" and not hint:
             hint = ("; the body holds more after its JSON value (a second object, or trailing "
                     "text): send one JSON object and nothing after it")
-        raise DecodeError.at(f"body is not valid JSON: {exc}{hint}", code="invalid_json") from exc
+        from app.api.bodypaths import MAX_SCAN_CHARS, syntax_place
+
+        path, skeleton, advice = (syntax_place(text, exc) if exc.pos <= MAX_SCAN_CHARS
+                                  else (None, None, ""))
+        where = f" in {path}" if path else ""
+        err = DecodeError.at(f"body is not valid JSON: {exc}{where}{advice}{hint}",
+                             code="invalid_json", path=path)
+        raise (core_jsonmap.with_ops(err, skeleton, cls) if path else err) from exc
     except RecursionError as exc:
         raise LimitExceededError.at(
             "JSON body is nested too deeply to parse (deeper than about 5,000 levels of arrays "

@@ -79,6 +79,23 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
     return jsonwalk.refusal(problems)
 
 
+def text_place(prefix: str, suffix: str, cls: type[message.Message]
+               ) -> tuple[str | None, int | None, str | None]:
+    """``(path, op index, op type)`` in a text-format ``cls`` where ``prefix`` ends: the
+    message being read there (``net.op[1]``) and its innermost op, whose ``type`` may come
+    in ``suffix``, the text after that point. All ``None`` where the walk does not get there
+    (a token the tokenizer refuses first, or more than :data:`MAX_LOCATE_TOKENS` tokens).
+
+    For problems found before the text is parsed, such as a byte that is not UTF-8 (spec
+    §1.5): a replacement character stands for it, so ``prefix + "\ufffd" + suffix`` is walked.
+    """
+    line = prefix.count("\n") + 1
+    column = len(prefix) - (prefix.rfind("\n") + 1) + 1
+    path, op_index, op_type = _walk(prefix + "\ufffd" + suffix, cls, (line, column),
+                                    collect=False).place()
+    return path or None, op_index, op_type
+
+
 def _unknown_advice(cls: type[message.Message], type_name: str, name: str,
                     path: str | None) -> str:
     """What to do about the unknown field ``name`` of ``type_name``: the field meant, or
