@@ -53,19 +53,12 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     net_ops = False  # (a JSON file with a list of ops: a NetDef, whatever else it holds)
     try:
         if suffix in (".pbtxt", ".txt", ".prototxt"):
-            try:
-                text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is dropped)
-            except UnicodeDecodeError as exc:
-                raise DecodeError(f"{path}: not UTF-8 text ({exc}); a binary NetDef needs "
-                                  "the .pb extension") from exc
+            text = _read_text(path)
             _refuse_empty(path, re.sub(r"(?m)#.*$", "", text).strip())  # (or comments only)
-            try:
-                return codec.from_text(text, caffe2_pb2.NetDef)
-            except DecodeError as exc:
-                if re.match(r'\s*[{\[]\s*"', text):  # (JSON saved under a text name)
-                    raise DecodeError(f"{exc.message}; the file holds JSON: name it .json",
-                                      exc.problems) from exc
-                raise
+            if re.match(r'\s*[{\[]\s*"', text):  # (JSON saved under a text name)
+                raise DecodeError.at(f"{path}: the file holds JSON, not protobuf text format: "
+                                     "name it .json", code="invalid_field")
+            return codec.from_text(text, caffe2_pb2.NetDef)
         if suffix == ".json":
             obj = _read_json(path)
             net_ops = isinstance(obj, dict) and isinstance(obj.get("op"), list)
@@ -102,6 +95,37 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     return net
 
 
+def _read_text(path: Path) -> str:
+    """The text of a ``.pbtxt`` file (a byte-order mark dropped); a byte that is not UTF-8
+    is located as the HTTP API locates it in a text body (spec §1.5).
+
+    Raises:
+        DecodeError: the file is not UTF-8.
+        OSError: the file cannot be read.
+    """
+    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS
+    from core.proto.textproblems import text_place
+
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    data = data[bom:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where, op_index, op_type = None, None, None
+        if exc.start <= MAX_SCAN_CHARS:
+            where, op_index, op_type = text_place(
+                data[:exc.start].decode("utf-8", "replace"),
+                data[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS].decode("utf-8", "replace"),
+                caffe2_pb2.NetDef)
+        at = f", in {where}" if where else ""
+        raise DecodeError.at(
+            f"{path}: not UTF-8 (byte {bom + exc.start}{at}: {exc.reason}); save it as UTF-8 "
+            "text, "
+            "or give a binary NetDef the .pb extension", code="invalid_utf8", path=where,
+            op_index=op_index if where else None, op_type=op_type if where else None) from exc
+
+
 def _read_json(path: Path) -> Any:
     """The JSON value of the file at ``path``, its problems located as the HTTP API locates
     them (spec §1.5): the field path and op of a byte that is not UTF-8 or of a syntax error,
@@ -115,6 +139,9 @@ def _read_json(path: Path) -> Any:
     from core.proto.jsonmap import with_ops
 
     data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # (dropped, as from a .pbtxt file)
+    data = data[bom:]
+    _refuse_empty(path, data.strip())
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -124,7 +151,7 @@ def _read_json(path: Path) -> Any:
                 data[:exc.start].decode("utf-8", "replace"),
                 data[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS].decode("utf-8", "replace"))
         at = f", in {where}" if where else ""
-        err = DecodeError.at(f"{path}: not UTF-8 (byte {exc.start}{at}: {exc.reason}); save "
+        err = DecodeError.at(f"{path}: not UTF-8 (byte {bom + exc.start}{at}: {exc.reason}); save "
                              "it as UTF-8 text", code="invalid_utf8", path=where)
         raise (with_ops(err, skeleton, caffe2_pb2.NetDef) if where else err) from exc
     try:

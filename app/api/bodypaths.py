@@ -102,6 +102,17 @@ def duplicate_key_problems(text: str) -> list[Diagnostic]:
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*("?)|[{}\[\],:]', re.DOTALL)
 
 
+def _key(tok: str) -> str:
+    """The key a whole JSON string token spells; its raw text where that does not decode,
+    or holds a lone surrogate (``"\\ud800"``: no path or field name can hold one)."""
+    try:
+        key = json.loads(tok)
+        key.encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        return str(tok[1:-1])
+    return str(key)
+
+
 def json_path_at(prefix: str) -> str | None:
     """The field path of the JSON value being read where ``prefix`` ends.
 
@@ -144,10 +155,7 @@ def json_place(prefix: str, suffix: str = "") -> tuple[str | None, Any]:
                 if not m.group(1):  # the prefix ends inside this key
                     in_key = True
                     break
-                try:
-                    top[1] = json.loads(tok)
-                except ValueError:
-                    top[1] = tok[1:-1]
+                top[1] = _key(tok)
                 top[2] = False
             elif top is not None and top[0] and top[1] == "type" and m.group(1):
                 try:
@@ -215,18 +223,27 @@ def syntax_place(text: str, exc: json.JSONDecodeError) -> tuple[str | None, Any,
         op it is in (``None, None`` past :data:`MAX_SCAN_CHARS`, or outside any field), and
         advice for the common slips (``""`` when there is none to give): a raw control
         character in a string, a backslash that starts no escape, single quotes, a trailing
-        comma, Python's ``True``/``None``.
+        comma (placed at the comma: the item it promises does not exist), Python's
+        ``True``/``None``, a byte-order mark.
     """
     pos = exc.pos
+    advice = _syntax_advice(text, exc)
+    if advice.startswith("; remove the comma"):
+        pos = text.rindex(",", 0, pos)
     path, skeleton = json_place(text[:pos], text[pos:pos + MAX_LOOKAHEAD_CHARS])
-    return path, skeleton, _syntax_advice(text, exc)
+    return path, skeleton, advice
 
 
 def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
     pos = exc.pos
     ch = text[pos] if pos < len(text) else ""
     before = text[max(0, pos - 64):pos].rstrip()
+    if exc.msg.startswith("Unexpected UTF-8 BOM"):
+        return "; the body starts with a byte-order mark (U+FEFF): send the JSON without it"
     if exc.msg.startswith("Invalid control character"):
+        if ch in ("\n", "\r"):
+            return ('; a line break stands inside a string: is the string before it missing '
+                    f'its closing "? (JSON writes a line break in a name as {_ESCAPES[ch]})')
         escaped = _ESCAPES.get(ch, f"\\u{ord(ch):04x}") if ch else ""
         return (f"; a raw control character (U+{ord(ch):04X}) stands inside a string: JSON "
                 f"writes it as the escape {escaped}" if ch else "")
@@ -241,9 +258,15 @@ def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
         return "; the body ends before its last object or array is closed (was it cut off?)"
     if ch == "'":
         return "; JSON strings and keys take double quotes (\"), not single ones"
-    if before.endswith(",") and ch and (
-            ch in "]}" or exc.msg.startswith("Expecting property name")):
+    if ch == "/":
+        return "; JSON has no comments: remove the /* ... */ or // ... text"
+    if before.endswith(",") and ch and ch in "]}":
         return f"; remove the comma before {ch!r}: JSON allows none after the last item"
+    if exc.msg.startswith("Expecting property name") and (ch.isalpha() or ch == "_"):
+        key = re.match(r"\w+", text[pos:pos + 64])
+        return f'; JSON keys take double quotes: "{key[0] if key else ch}"'
+    if "delimiter" in exc.msg and ch == '"':
+        return "; a comma is missing before this string"
     word = re.match(r"[A-Za-z_]\w*", text[pos:pos + 16])
     if word and word[0] in ("True", "False", "None"):
         return f"; JSON writes {word[0]} as {_JSON_WORDS[word[0]]}"
@@ -263,6 +286,8 @@ def _types_after(stack: list[list[Any]], suffix: str, in_string: bool,
     the prefix ends inside a string; ``in_key``: that string is a key, whose value comes
     next). Objects and arrays opened in ``suffix`` are skipped whole; the scan ends when the
     outermost frame closes or the text does."""
+    if not stack:  # (no object open: no type to find)
+        return
     pos = 0
     if in_string:
         m = _STRING_END.match(suffix)
@@ -304,10 +329,7 @@ def _types_after(stack: list[list[Any]], suffix: str, in_string: bool,
                         pass
                 key, after_colon = None, False
             elif frame[0]:
-                try:
-                    key = json.loads(tok)
-                except ValueError:
-                    key = None
+                key = _key(tok)
         else:  # (the text ends inside a string)
             return
 

@@ -120,6 +120,11 @@ PBTXT_HINT = (
 )
 
 
+ONE_COMMENT_LINE_HINT = (
+    "the body is one line that starts with # (a comment), so all of it is a comment: were "
+    "its newlines dropped? (curl --data @FILE drops them: send the file with --data-binary "
+    "@FILE)"
+)
 JSON_AS_BINARY_HINT = (
     "the body looks like JSON; send it with Content-Type application/json"
 )

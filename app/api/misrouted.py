@@ -187,6 +187,8 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
     # (the parser's own problem: the other unknown fields listed beside it are the bare
     # message's own fields, which the wrapper's hint covers)
     first = exc.problems[0].message if exc.problems else exc.message
+    # (nor is the field misspelt, as the parser's problem guesses: it is in the wrong message)
+    first = _MISSPELT.sub("", first)
     if not is_op and route not in ("", "/v1/jobs"):
         from app.api.hints import op_on_net_hint
 
@@ -232,6 +234,7 @@ def refuse_bare_text(text: str, cls: type[M], exc: DecodeError) -> None:
 
 
 #: The start of a JSON object or array (protobuf text format starts with a field name).
+_MISSPELT = re.compile(r"\.? \(a field of [\w.]+ is misspelt, or the client's schema differs\)")
 _JSON_START = re.compile(r'\s*(?:\{\s*(?:"|\}\s*\Z)|\[\s*(?:[\[{"\d\-\]]|true|false|null))')
 
 

@@ -275,10 +275,13 @@ async def read_body(
             if decoder is None:
                 chunks.append(chunk)
                 continue
+            # (bytes of a character the last chunk cut, held by the decoder: the error's
+            # offsets count from them)
+            held = len(decoder.getstate()[0])
             try:
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
-                err = _not_utf8(total - len(chunk) + exc.start, exc.reason, media,
+                err = _not_utf8(total - len(chunk) - held + exc.start, exc.reason, media,
                                 _bad_byte_path(texts, exc, media, message), message)
                 if not texts and message is not None:
                     from app.api.hints import binary_as_json_hint, join_hint
@@ -290,10 +293,11 @@ async def read_body(
         if ended is not None:
             ended()
         if decoder is not None:
+            held = len(decoder.getstate()[0])
             try:
                 texts.append(decoder.decode(b"", final=True))
             except UnicodeDecodeError as exc:
-                raise _not_utf8(total, exc.reason, media,
+                raise _not_utf8(total - held + exc.start, exc.reason, media,
                                 _bad_byte_path(texts, exc, media, message), message) from exc
     except (LimitExceededError, DecodeError):
         if size is None or total < size:  # unread bytes left: do not read them

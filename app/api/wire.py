@@ -112,8 +112,13 @@ def _decode_text(body: Body, cls: type[M], max_depth: int, max_ops: int | None) 
     except DecodeError as exc:
         if msg.ListFields():  # (a body of comments or blanks only is empty too)
             raise
-        from app.api.hints import text_example
+        from app.api.hints import ONE_COMMENT_LINE_HINT, join_hint, text_example
 
+        text = (body.text or "").strip()
+        if text.startswith("#") and "\n" not in text and "{" in text:  # (newlines lost)
+            raise DecodeError(join_hint(exc.message, ONE_COMMENT_LINE_HINT), [
+                dataclasses.replace(p, message=join_hint(p.message, ONE_COMMENT_LINE_HINT))
+                for p in exc.problems]) from exc
         raise _empty_body(exc, cls, "in text format, e.g. "
                           + text_example(cls.DESCRIPTOR.name)) from exc
     return msg

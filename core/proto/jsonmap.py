@@ -198,8 +198,8 @@ def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None
     value = obj
     for seg in path.split("."):
         m = _SEGMENT.fullmatch(seg)
-        if m is None or desc is None or type(value) is not dict:
-            break
+        if m is None or desc is None or type(value) is not dict or not m["name"].isascii():
+            break  # (a field name is ASCII; the descriptor pool refuses a lone surrogate)
         f = desc.fields_by_name.get(m["name"]) or jsonwalk.by_json_name(desc).get(m["name"])
         if f is None:
             break

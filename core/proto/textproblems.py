@@ -31,6 +31,10 @@ MAX_LOCATE_TOKENS = 100_000
 
 _OP = "caffe2.OperatorDef"
 
+#: Most messages open at once the walk follows, then it gives up (the text parser itself
+#: refuses about 1,000 levels; a body not yet parsed, one with a bad byte, may nest deeper).
+MAX_LOCATE_DEPTH = 1_000
+
 
 def text_problem(exc: text_format.ParseError, cls: type[message.Message],
                  source: str = "") -> DecodeError:
@@ -61,6 +65,11 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
             msg = (msg.rstrip(".") + f"; {field_name} holds a message, not a bare value: "
                    f"write {example}")
             path = f"{path}.{field_name}" if path else field_name
+    elif source and line and column:
+        advice = _syntax_advice(text, source, line, column)
+        if advice.startswith("; the text ends") and path is None:  # (the walk's last place)
+            path, op_index, op_type = text_place(source.rstrip(), "", cls)
+        msg = msg.rstrip(".") + advice if advice else msg
     first = Diagnostic("error", "unknown_field" if found else "invalid_field", msg,
                        op_index=op_index, op_type=op_type, path=path or None)
     problems = [first]
@@ -93,7 +102,36 @@ def text_place(prefix: str, suffix: str, cls: type[message.Message]
     column = len(prefix) - (prefix.rfind("\n") + 1) + 1
     path, op_index, op_type = _walk(prefix + "\ufffd" + suffix, cls, (line, column),
                                     collect=False).place()
+    if op_type is not None and "\ufffd" in op_type:  # (the bad byte is in the type itself)
+        op_type = None
     return path or None, op_index, op_type
+
+
+#: The parser's words for a string whose backslash escapes do not decode (Python's codecs).
+_BAD_ESCAPE = re.compile(r"codec can't decode|Invalid escape|truncated \\")
+
+
+def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
+    """Advice for a text-format syntax error ``text`` at ``line:column`` (1-based) of
+    ``source``: a backslash escape that does not decode, or text that ends early."""
+    if _BAD_ESCAPE.search(text):
+        return ("; a backslash in a text-format string starts an escape (\\n, \\t, \\\", "
+                "\\\\, \\xHH, \\NNN, \\uXXXX), and the bytes escapes give must be "
+                "UTF-8: write a backslash itself as \\\\")
+    start = 0
+    for _ in range(line - 1):
+        start = source.find("\n", start) + 1
+        if start == 0:
+            return ""
+    rest = source[start + column - 1:]
+    # (the parser names the end of the text, or the last token before it: "Expected "}"")
+    if not rest.strip() or (text.endswith(('Expected "}".', 'Expected ">".'))
+                            and _LAST_TOKEN.fullmatch(rest)):
+        return "; the text ends before its last message is closed (was it cut off?)"
+    return ""
+
+
+_LAST_TOKEN = re.compile(r"""\s*(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[\w.+-]+|\S)\s*""")
 
 
 def _unknown_advice(cls: type[message.Message], type_name: str, name: str,
@@ -200,10 +238,13 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
     ``collect`` to the end, up to :data:`MAX_LOCATE_TOKENS` tokens in all; it ends early at a
     token the tokenizer refuses (what was found before it stays).
     """
-    # Frames: [descriptor (None inside an unknown field's message), path, counts of repeated
-    # fields seen, op index or None, op type or None, the field of an open ``[...]`` list]
-    frames: list[list[Any]] = [[cls.DESCRIPTOR, "", {}, None, None, None]]
+    # Frames: [descriptor (None inside an unknown field's message), its path segment
+    # (``op[1]``; None: none of its own), counts of repeated fields seen, op index or None,
+    # op type or None, the field of an open ``[...]`` list, the innermost op frame at or
+    # above it]. (Segments, not whole paths: a deep text costs linear memory; review, stop 32)
+    frames: list[list[Any]] = [[cls.DESCRIPTOR, None, {}, None, None, None, None]]
     out = _Walk()
+    op_depth = 0  # where out.op stands in frames
     where = (at[0] - 1, at[1] - 1)
     tok = text_format.Tokenizer(text.split("\n"))  # (lines as text_format.Parse splits them)
     pending: Any = None  # the field named by the last identifier, awaiting its value
@@ -217,35 +258,41 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
             here = (tok._line, tok._column)  # type: ignore[attr-defined]
             if not out.reached and here >= where:
                 out.reached = True
-                out.path = frames[-1][1]
-                ops = [f for f in frames if f[3] is not None]
-                out.op = ops[-1] if ops else None
+                out.path = _path(frames)
+                out.op = frames[-1][6]
+                op_depth = next((k for k in range(len(frames) - 1, -1, -1)
+                                 if frames[k] is out.op), 0)
             if (out.reached and (not collect or len(out.unknown) >= jsonwalk.MAX_LISTED)
                     and (out.op is None or out.op[4] is not None
-                         or not any(f is out.op for f in frames))):
+                         or op_depth >= len(frames) or frames[op_depth] is not out.op)):
                 break
             t = tok.token
-            desc, path, counts = frames[-1][0], frames[-1][1], frames[-1][2]
+            desc, counts = frames[-1][0], frames[-1][2]
             in_list = frames[-1][5]
             fld = pending if pending is not None else in_list
             if fld is _UNKNOWN_LIST:
                 fld = None
             if t in ("{", "<"):
+                if len(frames) >= MAX_LOCATE_DEPTH:
+                    return _Walk() if not out.reached else out
                 if desc is not None and fld is not None and fld.message_type is not None:
                     name = fld.name
-                    here_path = f"{path}.{name}" if path else name
+                    segment = name
                     index = None
                     if fld.is_repeated:
                         index = counts.get(name, 0)
                         counts[name] = index + 1
-                        here_path = f"{here_path}[{index}]"
+                        segment = f"{name}[{index}]"
                     is_op = fld.message_type.full_name == _OP
                     # (a single op, OpGradientRequest.op, is op 0, as the engine names it)
-                    frames.append([fld.message_type, here_path, {},
-                                   (0 if index is None else index) if is_op else None,
-                                   None, None])
+                    frame = [fld.message_type, segment, {},
+                             (0 if index is None else index) if is_op else None,
+                             None, None, frames[-1][6]]
+                    if is_op:
+                        frame[6] = frame
+                    frames.append(frame)
                 else:  # (the message of an unknown field: skipped whole)
-                    frames.append([None, path, {}, None, None, None])
+                    frames.append([None, None, {}, None, None, None, frames[-1][6]])
                 pending, value_next = None, False
             elif t in ("}", ">"):
                 if len(frames) > 1:
@@ -281,13 +328,17 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
                 else:
                     pending, last_ident = None, ""
                     if collect and len(out.unknown) < jsonwalk.MAX_LISTED and t[:1].isalpha():
-                        ops = [fr for fr in frames if fr[3] is not None]
                         out.unknown.append(_Unknown(here[0] + 1, here[1] + 1, desc.full_name,
-                                                    t, path, ops[-1] if ops else None))
+                                                    t, _path(frames), frames[-1][6]))
             tok.NextToken()
     except (text_format.ParseError, AttributeError, ValueError):
         pass
     return out
+
+
+def _path(frames: list[list[Any]]) -> str:
+    """The field path of the innermost frame of :func:`_walk` (``""`` at the top level)."""
+    return ".".join(f[1] for f in frames if f[1] is not None)
 
 
 #: The open ``[...]`` list of an unknown field (its values are skipped).
