@@ -44,7 +44,8 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
     other unknown field of ``source`` after it (up to :data:`core.proto.jsonwalk.MAX_LISTED`
     in all); ``source`` empty: the parser's problem alone, not located.
 
-    Source: protobuf's text format (spec §1.5), its problems named as JSON's are (§1.1).
+    Source: protobuf's text format of the §1 schema (the wire forms of spec §8), its
+    problems named as a JSON body's are (README, Encodings).
     """
     text = str(exc)
     if len(text) > MAX_TEXT_ERROR_CHARS:
@@ -95,8 +96,9 @@ def text_place(prefix: str, suffix: str, cls: type[message.Message]
     in ``suffix``, the text after that point. All ``None`` where the walk does not get there
     (a token the tokenizer refuses first, or more than :data:`MAX_LOCATE_TOKENS` tokens).
 
-    For problems found before the text is parsed, such as a byte that is not UTF-8 (spec
-    §1.5): a replacement character stands for it, so ``prefix + "\ufffd" + suffix`` is walked.
+    For problems found before the text is parsed, such as a byte that is not UTF-8 (names
+    are UTF-8 strings, spec §1): a replacement character stands for it, so
+    ``prefix + "\ufffd" + suffix`` is walked.
     """
     line = prefix.count("\n") + 1
     column = len(prefix) - (prefix.rfind("\n") + 1) + 1

@@ -342,3 +342,15 @@ def test_the_cli_reads_an_empty_or_bom_json_file(tmp_path: Path) -> None:
     bom.write_bytes(b'\xef\xbb\xbf{"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}]}')
     out = _cli_grad(bom)
     assert out.returncode == 0 and "ReluGradient" in out.stdout, out.stderr
+
+
+def test_a_prefix_of_many_tiny_tokens_is_not_walked(client: TestClient) -> None:
+    """Within ``MAX_SCAN_CHARS`` but past ``MAX_SCAN_TOKENS``: told without a path."""
+    few = '{"net": {"op": [' + "{}," * 100 + "x]}}"
+    many = '{"net": {"op": [' + "{}," * (bodypaths.MAX_SCAN_TOKENS // 3 + 10) + "x]}}"
+    assert len(many) < bodypaths.MAX_SCAN_CHARS
+    paths = []
+    for body in (few, many):
+        problem = assert_problem(client.post(NET, content=body.encode(), headers=JSON), 400)
+        paths.append(problem["errors"][0]["path"])
+    assert paths == ["net.op[100]", None]
