@@ -263,15 +263,20 @@ def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
         return "; the body ends before its last object or array is closed (was it cut off?)"
     if ch == "'":
         return "; JSON strings and keys take double quotes (\"), not single ones"
-    if ch == "/":
+    if text[pos:pos + 2] in ("//", "/*"):
         return "; JSON has no comments: remove the /* ... */ or // ... text"
+    if pos == len(text) - len(text.lstrip()) and ch in "/@." and "\n" not in text.strip():
+        return ("; the body looks like a file name: to send a file's contents, use curl "
+                "--data-binary @FILE")
     if before.endswith(",") and ch and ch in "]}":
         return f"; remove the comma before {ch!r}: JSON allows none after the last item"
     if exc.msg.startswith("Expecting property name") and (ch.isalpha() or ch == "_"):
         key = re.match(r"\w+", text[pos:pos + 64])
         return f'; JSON keys take double quotes: "{key[0] if key else ch}"'
-    if "delimiter" in exc.msg and ch == '"':
+    if exc.msg.startswith("Expecting ',' delimiter") and ch == '"':
         return "; a comma is missing before this string"
+    if exc.msg.startswith("Expecting ':' delimiter"):
+        return "; a colon is missing after the key: \"key\": value"
     word = re.match(r"[A-Za-z_]\w*", text[pos:pos + 16])
     if word and word[0] in ("True", "False", "None"):
         return f"; JSON writes {word[0]} as {_JSON_WORDS[word[0]]}"

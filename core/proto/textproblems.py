@@ -67,9 +67,12 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
                    f"write {example}")
             path = f"{path}.{field_name}" if path else field_name
     elif source and line and column:
-        advice = _syntax_advice(text, source, line, column)
-        if advice.startswith("; the text ends") and path is None:  # (the walk's last place)
-            path, op_index, op_type = text_place(source.rstrip(), "", cls)
+        advice = _syntax_advice(str(exc), source, line, column)
+        if advice == _CUT_OFF:
+            if path is None and walk is not None and not walk.exhausted:  # (its last place)
+                path, op_index, op_type = text_place(source.rstrip(), "", cls)
+            if not path:  # (no message open: a field's value is missing)
+                advice = "; the text ends before its last field has its value (was it cut off?)"
         msg = msg.rstrip(".") + advice if advice else msg
     first = Diagnostic("error", "unknown_field" if found else "invalid_field", msg,
                        op_index=op_index, op_type=op_type, path=path or None)
@@ -110,13 +113,22 @@ def text_place(prefix: str, suffix: str, cls: type[message.Message]
 
 
 #: The parser's words for a string whose backslash escapes do not decode (Python's codecs).
-_BAD_ESCAPE = re.compile(r"codec can't decode|Invalid escape|truncated \\")
+_BAD_ESCAPE = re.compile(
+    r"(?:Couldn't parse string: )?(?:'(?:raw)?unicodeescape' codec can't decode"
+    r"|'latin-1' codec can't encode character|'utf-8' codec can't (?:de|en)code "
+    r"(?:byte|character)|Invalid escape|truncated \\[xuU])")
+_CUT_OFF = "; the text ends before its last message is closed (was it cut off?)"
 
 
 def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
     """Advice for a text-format syntax error ``text`` at ``line:column`` (1-based) of
     ``source``: a backslash escape that does not decode, or text that ends early."""
-    if _BAD_ESCAPE.search(text):
+    if source.startswith("\ufeff"):
+        return "; the body starts with a byte-order mark (U+FEFF): send the text without it"
+    # (the parser's own words come after the line it quotes: not the user's text)
+    quoted = re.match(r"\d+:\d+ : '", text)
+    reason = text[text.rfind("': ") + 3:] if quoted else text
+    if _BAD_ESCAPE.match(reason):  # (the parser's words first, then what it quotes)
         return ("; a backslash in a text-format string starts an escape (\\n, \\t, \\\", "
                 "\\\\, \\xHH, \\NNN, \\uXXXX), and the bytes escapes give must be "
                 "UTF-8: write a backslash itself as \\\\")
@@ -129,11 +141,12 @@ def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
     # (the parser names the end of the text, or the last token before it: "Expected "}"")
     if not rest.strip() or (text.endswith(('Expected "}".', 'Expected ">".'))
                             and _LAST_TOKEN.fullmatch(rest)):
-        return "; the text ends before its last message is closed (was it cut off?)"
+        return _CUT_OFF
     return ""
 
 
-_LAST_TOKEN = re.compile(r"""\s*(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[\w.+-]+|\S)\s*""")
+_LAST_TOKEN = re.compile(
+    r"""\s*(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[\w.+-]+|\S)(?:\s|#[^\n]*)*""")
 
 
 def _unknown_advice(cls: type[message.Message], type_name: str, name: str,
@@ -218,6 +231,7 @@ class _Walk:
     path: str | None = None
     op: list[Any] | None = None
     reached: bool = False
+    exhausted: bool = False  # (it read MAX_LOCATE_TOKENS tokens and gave up)
     unknown: list[_Unknown] = field(default_factory=list)
 
     def place(self) -> tuple[str | None, int | None, str | None]:
@@ -333,6 +347,8 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
                         out.unknown.append(_Unknown(here[0] + 1, here[1] + 1, desc.full_name,
                                                     t, _path(frames), frames[-1][6]))
             tok.NextToken()
+        else:
+            out.exhausted = True
     except (text_format.ParseError, AttributeError, ValueError):
         pass
     return out

@@ -15,13 +15,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from api_schemas import netgrad_pb2
 from app.api import bodypaths
 from app.main import create_app
 from app.settings import Settings
+from core.errors import DecodeError
 from tests.api.helpers import assert_problem, still_serving
 
 JSON = {"content-type": "application/json"}
@@ -354,3 +357,59 @@ def test_a_prefix_of_many_tiny_tokens_is_not_walked(client: TestClient) -> None:
         problem = assert_problem(client.post(NET, content=body.encode(), headers=JSON), 400)
         paths.append(problem["errors"][0]["path"])
     assert paths == ["net.op[100]", None]
+
+
+# Second review, stop 32.
+
+@pytest.mark.parametrize(("body", "advice", "not_said"), [
+    (b'{"net": {"op": []}, "ys" "y"}', "a colon is missing after the key", "comma"),
+    (b"/tmp/net.json", "looks like a file name", "comments"),
+    (b'{"net": {"op": [{"type": "A", "arg": [{"name": "x", "f": 1 / 2}]}]}}', "",
+     "comments"),
+    (b'{"ys": ["y"], // the output\n"net": {}}', "JSON has no comments", "comma"),
+])
+def test_json_advice_has_no_false_friends(client: TestClient, body: bytes, advice: str,
+                                          not_said: str) -> None:
+    detail = assert_problem(client.post(NET, content=body, headers=JSON), 400)["detail"]
+    assert advice in detail and not_said not in detail, detail
+
+
+@pytest.mark.parametrize(("body", "advice"), [
+    (b'net { op { type: "A" } } ys { blob: "y" } skip:', "last field has its value"),
+    (b'net { op { type: "A" }\n# the end', "last message is closed"),
+    (b'net { op { type: "A" input: "\\777" } }', "write a backslash itself"),
+    (b'net { op { type: "A" input: "\\ud800" } }', "write a backslash itself"),
+    (b'\xef\xbb\xbfnet { op { type: "A" } }', "byte-order mark (U+FEFF)"),
+])
+def test_text_advice_fits_the_slip(client: TestClient, body: bytes, advice: str) -> None:
+    detail = assert_problem(client.post(NET, content=body, headers=TEXT), 400)["detail"]
+    assert advice in detail, detail
+
+
+def test_quoted_user_text_triggers_no_escape_advice(client: TestClient) -> None:
+    body = b'net { op { type: "A" } } skip: "\'unicodeescape\' codec can\'t decode"'
+    detail = assert_problem(client.post(NET, content=body, headers=TEXT), 400)["detail"]
+    assert "backslash" not in detail, detail
+
+
+def test_a_cut_off_text_past_the_token_bound_is_walked_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A walk that ran out of tokens is not run again to place a cut-off text."""
+    from core.proto import codec, textproblems
+
+    calls: list[int] = []
+    walk = textproblems._walk
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return walk(*args, **kw)
+
+    monkeypatch.setattr(textproblems, "_walk", counting)
+    monkeypatch.setattr(textproblems, "MAX_LOCATE_TOKENS", 50)
+    with pytest.raises(DecodeError, match="was it cut off"):
+        codec.from_text('net { ' + 'op { type: "A" } ' * 40, netgrad_pb2.NetGradientRequest)
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(DecodeError, match="was it cut off") as info:  # (a short one: twice)
+        codec.from_text('net { op { type: "A" } op { type: ', netgrad_pb2.NetGradientRequest)
+    assert info.value.problems[0].path == "net.op[1]" and len(calls) == 2
