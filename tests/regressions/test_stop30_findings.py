@@ -7,7 +7,6 @@ Before, a JSON body's ``invalid_utf8`` problem gave the field path only (``op_in
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -18,12 +17,6 @@ from app.settings import Settings
 from tests.api.helpers import assert_problem
 
 JSON = {"content-type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
-        yield c
 
 
 @pytest.mark.parametrize(("route", "body", "path", "op_index", "op_type"), [

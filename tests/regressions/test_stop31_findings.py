@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api import bodypaths
-from app.main import create_app
-from app.settings import Settings
 from tests.api.helpers import assert_problem
 
 JSON = {"content-type": "application/json"}
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
-        yield c
 
 
 @pytest.mark.parametrize(("route", "body", "path", "op_index", "op_type"), [

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +21,12 @@ from fastapi.testclient import TestClient
 
 from api_schemas import netgrad_pb2
 from app.api import bodypaths
-from app.main import create_app
-from app.settings import Settings
 from core.errors import DecodeError
 from tests.api.helpers import assert_problem, still_serving
 
 JSON = {"content-type": "application/json"}
 TEXT = {"content-type": "text/x-protobuf"}
 NET = "/v1/gradients/net"
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(workers=0)), raise_server_exceptions=False) as c:
-        yield c
 
 
 TWO_OPS = b'{"net": {"op": [{"type": "Relu", "input": ["x"], "output": ["y"]}, %s]}, "ys": ["z"]}'
