@@ -257,15 +257,16 @@ def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
     if exc.msg.startswith("Invalid \\escape"):
         return ("; a backslash in a JSON string starts an escape (\\\", \\\\, \\/, \\n, \\t, "
                 "\\uXXXX): write a backslash itself as \\\\")
-    if exc.msg.startswith("Unterminated string"):
-        return '; the string is not closed: end it with "'
+    if exc.msg.startswith("Unterminated string"):  # (json stops there only at the end)
+        return ('; the body ends inside a string (was it cut off?): a string ends with "')
     if not text[pos:].strip():
         return "; the body ends before its last object or array is closed (was it cut off?)"
     if ch == "'":
         return "; JSON strings and keys take double quotes (\"), not single ones"
     if text[pos:pos + 2] in ("//", "/*"):
         return "; JSON has no comments: remove the /* ... */ or // ... text"
-    if pos == len(text) - len(text.lstrip()) and ch in "/@." and "\n" not in text.strip():
+    if pos == len(text) - len(text.lstrip()) and (
+            (ch in "/@." and "\n" not in text.strip()) or _FILE_NAME.fullmatch(text)):
         return ("; the body looks like a file name: to send a file's contents, use curl "
                 "--data-binary @FILE")
     if before.endswith(",") and ch and ch in "]}":
@@ -283,6 +284,8 @@ def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:
     return ""
 
 
+#: A body that is one file name, such as ``do.json`` or ``C:\\nets\\x.pbtxt``.
+_FILE_NAME = re.compile(r"\s*[\w.~/\\:@-]+\.(?:json|pbtxt|prototxt|txt|pb)\s*", re.IGNORECASE)
 _JSON_WORDS = {"True": "true", "False": "false", "None": "null"}
 
 

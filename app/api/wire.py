@@ -222,6 +222,8 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
         path, skeleton, advice = (syntax_place(text, exc) if exc.pos <= MAX_SCAN_CHARS
                                   else (None, None, ""))
         where = f" in {path}" if path else ""
+        if "looks like a file name" in advice:  # (not text format, whatever its colon)
+            hint = ""
         err = DecodeError.at(f"body is not valid JSON: {exc}{where}{advice}{hint}",
                              code="invalid_json", path=path)
         raise (core_jsonmap.with_ops(err, skeleton, cls) if path else err) from exc

@@ -138,6 +138,8 @@ def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
         if start == 0:
             return ""
     rest = source[start + column - 1:]
+    if reason.startswith("String missing ending quote") and "\n" not in rest.rstrip():
+        return "; the text ends inside a string (was it cut off?): a string ends with \""
     # (the parser names the end of the text, or the last token before it: "Expected "}"")
     if not rest.strip() or (text.endswith(('Expected "}".', 'Expected ">".'))
                             and _LAST_TOKEN.fullmatch(rest)):

@@ -404,3 +404,25 @@ def test_a_cut_off_text_past_the_token_bound_is_walked_once(
     with pytest.raises(DecodeError, match="was it cut off") as info:  # (a short one: twice)
         codec.from_text('net { op { type: "A" } op { type: ', netgrad_pb2.NetGradientRequest)
     assert info.value.problems[0].path == "net.op[1]" and len(calls) == 2
+
+
+# Second walkthrough, stop 32.
+
+@pytest.mark.parametrize(("body", "headers", "advice"), [
+    (b'{"net": {"op": [{"type": "Relu", "input": ["x"], "out', JSON,
+     "the body ends inside a string (was it cut off?)"),
+    (b'net { op { type: "Sigmoid" input: "y', TEXT,
+     "the text ends inside a string (was it cut off?)"),
+    (b"do.json", JSON, "looks like a file name"),
+    (b"C:\\nets\\x.json", JSON, "looks like a file name"),
+])
+def test_a_cut_string_or_a_file_name_is_told_so(client: TestClient, body: bytes,
+                                               headers: dict[str, str], advice: str) -> None:
+    detail = assert_problem(client.post(NET, content=body, headers=headers), 400)["detail"]
+    assert advice in detail and "text/x-protobuf, written as" not in detail, detail
+
+
+def test_a_missing_quote_mid_text_is_not_called_cut_off(client: TestClient) -> None:
+    body = b'net { op { type: "Sigmoid" input: "y\n output: "z" } }'
+    detail = assert_problem(client.post(NET, content=body, headers=TEXT), 400)["detail"]
+    assert "String missing ending quote" in detail and "cut off" not in detail, detail
