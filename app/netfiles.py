@@ -79,71 +79,62 @@ def _read_text(path: Path) -> str:
         DecodeError: the file is not UTF-8.
         OSError: the file cannot be read.
     """
-    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS
-    from core.proto.textproblems import text_place
-
-    data = path.read_bytes()
-    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
-    data = data[bom:]
+    data, bom = _bytes(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        where, op_index, op_type = None, None, None
-        if exc.start <= MAX_SCAN_CHARS:
-            where, op_index, op_type = text_place(
-                data[:exc.start].decode("utf-8", "replace"),
-                data[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS].decode("utf-8", "replace"),
-                caffe2_pb2.NetDef)
-        at = f", in {where}" if where else ""
-        raise DecodeError.at(
-            f"{path}: not UTF-8 (byte {bom + exc.start}{at}: {exc.reason}); save it as UTF-8 "
-            "text, "
-            "or give a binary NetDef the .pb extension", code="invalid_utf8", path=where,
-            op_index=op_index if where else None, op_type=op_type if where else None) from exc
+        raise _not_utf8(path, bom, exc, "save it as UTF-8 text, or give a binary NetDef the "
+                        ".pb extension", text_format=True) from exc
 
 
 def _read_json(path: Path) -> Any:
-    """The JSON value of the file at ``path``, its problems located as the HTTP API locates
-    them (README, Encodings): the field path and op of a byte that is not UTF-8 or of a
-    syntax error, with advice for the common slips.
+    """The JSON value of the file at ``path`` (a byte-order mark dropped), its problems
+    located as the HTTP API locates them (README, Encodings): the field path and op of a
+    byte that is not UTF-8 or of a syntax error, with advice for the common slips.
 
     Raises:
-        DecodeError: the file is not UTF-8 JSON.
+        DecodeError: the file is empty or not UTF-8 JSON.
         OSError: the file cannot be read.
     """
-    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS, json_place, syntax_place
-    from core.proto.jsonmap import with_ops
+    from app.api.bodypaths import syntax_place
 
-    data = path.read_bytes()
-    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # (dropped, as from a .pbtxt file)
-    data = data[bom:]
+    data, bom = _bytes(path)
     _refuse_empty(path, data.strip())
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        where, skeleton = (None, None)
-        if exc.start <= MAX_SCAN_CHARS:
-            where, skeleton = json_place(
-                data[:exc.start].decode("utf-8", "replace"),
-                data[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS].decode("utf-8", "replace"))
-        at = f", in {where}" if where else ""
-        err = DecodeError.at(f"{path}: not UTF-8 (byte {bom + exc.start}{at}: {exc.reason}); save "
-                             "it as UTF-8 text", code="invalid_utf8", path=where)
-        raise (with_ops(err, skeleton, caffe2_pb2.NetDef) if where else err) from exc
+        raise _not_utf8(path, bom, exc, "save it as UTF-8 text") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        where, skeleton, advice = (syntax_place(text, exc) if exc.pos <= MAX_SCAN_CHARS
-                                   else (None, None, ""))
+        (where, op_index, op_type), advice = syntax_place(text, exc, caffe2_pb2.NetDef)
         head = text.lstrip()[:64]
         if not advice and head[:1].isalpha() and ("{" in head or ":" in head):
             advice = "; the file looks like protobuf text format: name it .pbtxt"
         at = f" in {where}" if where else ""
-        err = DecodeError.at(f"{path}: not valid JSON: {exc}{at}{advice}", code="invalid_json",
-                             path=where)
-        raise (with_ops(err, skeleton, caffe2_pb2.NetDef) if where else err) from exc
+        raise DecodeError.at(f"{path}: not valid JSON: {exc}{at}{advice}", code="invalid_json",
+                             path=where, op_index=op_index, op_type=op_type) from exc
     except (ValueError, RecursionError) as exc:  # (>4300-digit ints, nesting)
         raise DecodeError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def _bytes(path: Path) -> tuple[bytes, int]:
+    """The file's bytes without a UTF-8 byte-order mark, and the mark's length (0 or 3)."""
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    return data[bom:], bom
+
+
+def _not_utf8(path: Path, bom: int, exc: UnicodeDecodeError, todo: str,
+              text_format: bool = False) -> DecodeError:
+    """The problem of a file byte that is not UTF-8, with its field path and op."""
+    from app.api.bodypaths import bad_byte_place
+
+    where, op_index, op_type = bad_byte_place("", exc, caffe2_pb2.NetDef, text_format)
+    at = f", in {where}" if where else ""
+    return DecodeError.at(f"{path}: not UTF-8 (byte {bom + exc.start}{at}: {exc.reason}); "
+                          f"{todo}", code="invalid_utf8", path=where, op_index=op_index,
+                          op_type=op_type)
 
 
 def _refuse_empty(path: Path, content: object) -> None:

@@ -17,6 +17,10 @@ import json
 import re
 from typing import Any
 
+from google.protobuf import message
+
+from core.proto.jsonmap import op_on_path
+from core.proto.textproblems import text_place
 from core.types import Diagnostic
 
 #: A body prefix longer than this is not scanned for the path of a bad byte (the problem
@@ -215,28 +219,69 @@ def json_place(prefix: str, suffix: str = "") -> tuple[str | None, Any]:
 _ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
 
 
-def syntax_place(text: str, exc: json.JSONDecodeError) -> tuple[str | None, Any, str]:
-    """Where a JSON syntax error stands, and what to do about it.
+#: Where a problem stands: ``(field path, op index, op type)``, each ``None`` when not known.
+Place = tuple[str | None, int | None, str | None]
+_NOWHERE: Place = (None, None, None)
+
+
+def _op_place(path: str | None, skeleton: Any, cls: type[message.Message] | None) -> Place:
+    """``path`` with the op that :func:`json_place`'s ``skeleton`` shows it is in."""
+    if path is None:
+        return _NOWHERE
+    found = op_on_path(path, skeleton, cls) if cls is not None else None
+    return (path, *found) if found is not None else (path, None, None)
+
+
+def bad_byte_place(before: str, exc: UnicodeDecodeError, cls: type[message.Message] | None,
+                   text_format: bool = False) -> Place:
+    """Where a byte that is not UTF-8 stands in a JSON (or, ``text_format``, a protobuf
+    text-format) body of message ``cls``: its field path and op.
+
+    Args:
+        before: the body's text decoded before ``exc.object`` (earlier chunks).
+        exc: the decoder's error; ``exc.object[exc.start]`` is the bad byte, and up to
+            ``4 * MAX_LOOKAHEAD_CHARS`` bytes after it are read for the op's ``type``.
+        cls: the request message (``None``: the path only, of JSON).
+
+    Returns:
+        :data:`Place`; all ``None`` past :data:`MAX_SCAN_CHARS` characters (a hostile body
+        stays cheap to refuse), or where no field holds the byte.
+    """
+    if len(before) + exc.start > MAX_SCAN_CHARS:
+        return _NOWHERE
+    head = before + bytes(exc.object[:exc.start]).decode("utf-8", "replace")
+    tail = bytes(exc.object[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS]).decode("utf-8", "replace")
+    if text_format:
+        place = text_place(head, tail, cls) if cls is not None else _NOWHERE
+        return place if place[0] is not None else _NOWHERE
+    return _op_place(*json_place(head, tail), cls)
+
+
+def syntax_place(text: str, exc: json.JSONDecodeError, cls: type[message.Message]
+                 ) -> tuple[Place, str]:
+    """Where a JSON syntax error stands in a body of message ``cls``, and what to do about it.
 
     Args:
         text: the body ``json.loads`` refused.
         exc: its error (``exc.pos``: the character it stopped at).
 
     Returns:
-        ``(path, skeleton, advice)``: :func:`json_place` of the text before ``exc.pos`` (the
-        text after it read for the op's ``type``), so that the problem names the field and
-        op it is in (``None, None`` past :data:`MAX_SCAN_CHARS`, or outside any field), and
-        advice for the common slips (``""`` when there is none to give): a raw control
-        character in a string, a backslash that starts no escape, single quotes, a trailing
-        comma (placed at the comma: the item it promises does not exist), Python's
-        ``True``/``None``, a byte-order mark.
+        ``(place, advice)``: the :data:`Place` of :func:`json_place` of the text before
+        ``exc.pos`` (the text after it read for the op's ``type``; all ``None`` past
+        :data:`MAX_SCAN_CHARS`, or outside any field), and advice for the common slips
+        (``""`` when there is none to give, or past the bound): a raw control character in
+        a string, a backslash that starts no escape, single quotes, a trailing comma
+        (placed at the comma: the item it promises does not exist), Python's
+        ``True``/``None``, a byte-order mark, a cut-off body, a file name.
     """
     pos = exc.pos
+    if pos > MAX_SCAN_CHARS:
+        return _NOWHERE, ""
     advice = _syntax_advice(text, exc)
     if advice.startswith("; remove the comma"):
         pos = text.rindex(",", 0, pos)
     path, skeleton = json_place(text[:pos], text[pos:pos + MAX_LOOKAHEAD_CHARS])
-    return path, skeleton, advice
+    return _op_place(path, skeleton, cls), advice
 
 
 def _syntax_advice(text: str, exc: json.JSONDecodeError) -> str:

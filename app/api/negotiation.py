@@ -282,7 +282,7 @@ async def read_body(
                 texts.append(decoder.decode(chunk))
             except UnicodeDecodeError as exc:
                 err = _not_utf8(total - len(chunk) - held + exc.start, exc.reason, media,
-                                _bad_byte_path(texts, exc, media, message), message)
+                                _bad_byte_place(texts, exc, media, message))
                 if not texts and message is not None:
                     from app.api.hints import binary_as_json_hint, join_hint
 
@@ -298,7 +298,7 @@ async def read_body(
                 texts.append(decoder.decode(b"", final=True))
             except UnicodeDecodeError as exc:
                 raise _not_utf8(total - held + exc.start, exc.reason, media,
-                                _bad_byte_path(texts, exc, media, message), message) from exc
+                                _bad_byte_place(texts, exc, media, message)) from exc
     except (LimitExceededError, DecodeError):
         if size is None or total < size:  # unread bytes left: do not read them
             request.state.close_connection = True
@@ -308,56 +308,31 @@ async def read_body(
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), None
 
 
-def _bad_byte_path(texts: list[str], exc: UnicodeDecodeError, media: Media,
-                   message: Any = None) -> tuple[str | None, Any]:
-    """The field path where a byte that is not UTF-8 stands (``None``: not known), and
-    what names its op: of a JSON body, the skeleton of :func:`app.api.bodypaths.json_place`;
-    of a text-format body of ``message`` (a descriptor), ``(op index, op type)`` from
-    :func:`core.proto.textproblems.text_place`.
+def _bad_byte_place(texts: list[str], exc: UnicodeDecodeError, media: Media,
+                    message: Any = None) -> tuple[str | None, int | None, str | None]:
+    """Where a byte that is not UTF-8 stands in a JSON or text-format body of ``message`` (a
+    descriptor): :func:`app.api.bodypaths.bad_byte_place` of the text decoded so far."""
+    from app.api.bodypaths import bad_byte_place
 
-    Only when the text before the byte is short enough to scan
-    (:data:`app.api.bodypaths.MAX_SCAN_CHARS`): a hostile body stays cheap to refuse.
-    """
-    from app.api.bodypaths import MAX_LOOKAHEAD_CHARS, MAX_SCAN_CHARS, json_place
+    if media is Media.PROTOBUF:
+        return None, None, None
+    from google.protobuf import message_factory
 
-    if media is Media.PROTOBUF or sum(map(len, texts)) + exc.start > MAX_SCAN_CHARS:
-        return None, None
-    head = bytes(exc.object[:exc.start]).decode("utf-8", "replace")
-    tail = bytes(exc.object[exc.end:exc.end + 4 * MAX_LOOKAHEAD_CHARS]).decode("utf-8", "replace")
-    if media is Media.TEXT:  # (the op named here: a text body has no skeleton)
-        if message is None:
-            return None, None
-        from google.protobuf import message_factory
-
-        from core.proto.textproblems import text_place
-
-        path, op_index, op_type = text_place("".join(texts) + head, tail,
-                                             message_factory.GetMessageClass(message))
-        return path, (op_index, op_type)
-    return json_place("".join(texts) + head, tail)
+    cls = message_factory.GetMessageClass(message) if message is not None else None
+    return bad_byte_place("".join(texts), exc, cls, text_format=media is Media.TEXT)
 
 
 def _not_utf8(
     position: int, reason: str, media: Media = Media.JSON,
-    place: tuple[str | None, Any] = (None, None), message: Any = None,
+    place: tuple[str | None, int | None, str | None] = (None, None, None),
 ) -> DecodeError:
     what = "text-format (text/x-protobuf) body" if media is Media.TEXT else "JSON body"
-    path, skeleton = place
+    path, op_index, op_type = place
     where = f" in {path}" if path else ""
-    err = DecodeError.at(
+    return DecodeError.at(
         f"{what} is not valid UTF-8 (byte {position}{where}: {reason}); names must be UTF-8 "
-        "text", code="invalid_utf8", path=path,
+        "text", code="invalid_utf8", path=path, op_index=op_index, op_type=op_type,
     )
-    if path and media is Media.TEXT and skeleton is not None:  # (op index, op type)
-        err = DecodeError.at(err.message, code="invalid_utf8", path=path,
-                             op_index=skeleton[0], op_type=skeleton[1])
-    elif path and message is not None:  # (the op the byte is in, as binary bodies name it)
-        from google.protobuf import message_factory
-
-        from core.proto.jsonmap import with_ops
-
-        err = with_ops(err, skeleton, message_factory.GetMessageClass(message))
-    return err
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int] | None:

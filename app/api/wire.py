@@ -217,16 +217,15 @@ def _decode_json(body: Body, cls: type[M], max_depth: int, max_ops: int | None =
         if exc.msg == "Extra data" and not hint:
             hint = ("; the body holds more after its JSON value (a second object, or trailing "
                     "text): send one JSON object and nothing after it")
-        from app.api.bodypaths import MAX_SCAN_CHARS, syntax_place
+        from app.api.bodypaths import syntax_place
 
-        path, skeleton, advice = (syntax_place(text, exc) if exc.pos <= MAX_SCAN_CHARS
-                                  else (None, None, ""))
+        (path, op_index, op_type), advice = syntax_place(text, exc, cls)
         where = f" in {path}" if path else ""
         if "looks like a file name" in advice:  # (not text format, whatever its colon)
             hint = ""
-        err = DecodeError.at(f"body is not valid JSON: {exc}{where}{advice}{hint}",
-                             code="invalid_json", path=path)
-        raise (core_jsonmap.with_ops(err, skeleton, cls) if path else err) from exc
+        raise DecodeError.at(f"body is not valid JSON: {exc}{where}{advice}{hint}",
+                             code="invalid_json", path=path, op_index=op_index,
+                             op_type=op_type) from exc
     except RecursionError as exc:
         raise LimitExceededError.at(
             "JSON body is nested too deeply to parse (deeper than about 5,000 levels of arrays "

@@ -183,12 +183,19 @@ def with_ops(err: DecodeError, obj: Any, cls: type[message.Message]) -> DecodeEr
     out = []
     changed = False
     for p in err.problems:
-        found = _op_on_path(p.path, obj, cls.DESCRIPTOR) if p.path and p.op_index is None else None
+        found = op_on_path(p.path, obj, cls) if p.path and p.op_index is None else None
         if found is not None:
             p = dataclasses.replace(p, op_index=found[0], op_type=found[1])
             changed = True
         out.append(p)
     return type(err)(err.message, out) if changed else err
+
+
+def op_on_path(path: str, obj: Any, cls: type[message.Message]
+               ) -> tuple[int, str | None] | None:
+    """``(op index, op type)`` of the innermost OperatorDef on the field ``path`` of ``obj``,
+    a JSON form (or skeleton) of a ``cls``; ``None`` when the path is in no op."""
+    return _op_on_path(path, obj, cls.DESCRIPTOR)
 
 
 def _op_on_path(path: str, obj: Any, desc: Any) -> tuple[int, str | None] | None:
