@@ -34,8 +34,8 @@ from typing import Any
 
 from api_schemas import caffe2_pb2, netgrad_pb2
 from app import ops_cli
-from app.netfiles import load_net
-from core.errors import InvalidRequestError, NetgradError
+from app.netfiles import load_net, named
+from core.errors import DecodeError, InvalidRequestError, NetgradError
 from core.proto import codec
 from core.types import Diagnostic, GradientSlice, GradValue
 
@@ -261,10 +261,14 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
         if not isinstance(p, dict):
             continue
         where = f" at {p['path']}" if p.get("path") else ""
-        if where and str(p.get("message", "")).startswith(f"{p['path']}: "):
-            p = {**p, "message": p["message"][len(p["path"]) + 2:]}  # (its path, once)
-        # (one problem whose words the headline already gave, remote or local)
-        said = len(listed) == 1 and p.get("message") in (message, _HTTP_TAIL.sub("", message))
+        # (one problem whose words the headline already gave, remote or local, after the
+        # file's name: "net.json: op[0].inputs: unknown field ...")
+        words = str(p.get("message", ""))
+        said = len(listed) == 1 and bool(words) and any(
+            head == words or head.endswith(f": {words}")
+            for head in (message, _HTTP_TAIL.sub("", message)))
+        if where and words.startswith(f"{p['path']}: "):
+            p = {**p, "message": words[len(p["path"]) + 2:]}  # (its path, once)
         op_type, op_index = p.get("op_type"), p.get("op_index")
         # (the op a field path is in, unless the path already names it: "op[0]:Relu")
         of_op = ("" if op_index is None or f":{op_type}" in str(p.get("path")) else
@@ -278,7 +282,18 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
 
 
 def _load_init_net(path: str | None) -> caffe2_pb2.NetDef | None:
-    return load_net(Path(path)) if path else None
+    """The ``--init-net`` file's NetDef; its problems name the file (there are two nets).
+
+    Raises:
+        DecodeError: the file does not parse.
+        OSError: it cannot be read.
+    """
+    if not path:
+        return None
+    try:
+        return load_net(Path(path))
+    except DecodeError as exc:
+        raise named(path, exc) from exc
 
 
 def _guarded(ns: argparse.Namespace, route: str, work: Any) -> int:

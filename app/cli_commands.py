@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,9 +71,19 @@ def read_inputs(path: str | None, randoms: Sequence[str]) -> list[netgrad_pb2.In
     out: list[netgrad_pb2.InputSpec] = []
     if path:
         try:
-            items = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, >4300-digit ints
-            raise DecodeError(f"{path}: not valid UTF-8 JSON: {exc}") from exc
+            text = Path(path).read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"{path}: not UTF-8 (byte {exc.start}: {exc.reason}); save it "
+                              "as UTF-8 text") from exc
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            from app.api.bodypaths import syntax_place
+
+            _, advice = syntax_place(text, exc, netgrad_pb2.RunRequest)
+            raise DecodeError(f"{path}: not valid JSON: {exc}{advice}") from exc
+        except (ValueError, RecursionError) as exc:  # (>4300-digit ints, nesting)
+            raise DecodeError(f"{path}: not valid JSON: {exc}") from exc
         if not isinstance(items, list):
             raise DecodeError(f"{path}: expected a JSON list of inputs like "
                               '[{"blob": "data", "random": {"shape": [2, 4]}}]')
@@ -82,9 +93,31 @@ def read_inputs(path: str | None, randoms: Sequence[str]) -> list[netgrad_pb2.In
 
         text = json.dumps({"net": {}, "fetch": [], "inputs": items})
         body = Body(b"", Media.JSON, Media.JSON, Media.JSON.value, text)
-        out.extend(wire.decode(body, netgrad_pb2.RunRequest, DECODER_MAX_DEPTH).inputs)
+        try:
+            out.extend(wire.decode(body, netgrad_pb2.RunRequest, DECODER_MAX_DEPTH).inputs)
+        except DecodeError as exc:
+            raise _in_inputs_file(path, exc) from exc
     out.extend(parse_random(s) for s in randoms)
     return out
+
+
+def _in_inputs_file(path: str, exc: DecodeError) -> DecodeError:
+    """The problems of the ``--inputs`` file's entries (decoded as a RunRequest's
+    ``inputs``), pathed in the file (``[0].shap``) and headed by its name, with the hints
+    the API gives for them."""
+    from dataclasses import replace
+
+    from app.api.hints import with_hints
+
+    def in_file(words: str) -> str:
+        return re.sub(r"(?<![\w.\]])inputs(?=\[)", "", words)
+
+    problems = [replace(p, path=in_file(p.path) if p.path else p.path,
+                        message=in_file(p.message))
+                for p in with_hints("/v1/run", exc.problems)]
+    head = (problems[0].message if len(problems) == 1 else
+            f"{len(problems)} invalid or unknown fields in its entries")
+    return DecodeError(f"{path}: {head}", problems)
 
 
 def _ys_entries(field: Any, ys: Sequence[str]) -> None:

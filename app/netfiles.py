@@ -71,6 +71,14 @@ def load_net(path: Path) -> caffe2_pb2.NetDef:
     return net
 
 
+def named(path: Path | str, exc: DecodeError) -> DecodeError:
+    """``exc`` with its headline naming the file it was read from (its problems unchanged),
+    for a command that reads more than one file (``--init-net``, ``--inputs``)."""
+    if exc.message.startswith(f"{path}: "):
+        return exc
+    return DecodeError(f"{path}: {exc.message}", exc.problems)
+
+
 def _read_text(path: Path) -> str:
     """The text of a ``.pbtxt`` file (a byte-order mark dropped); a byte that is not UTF-8
     is located as the HTTP API locates it in a text body (names are UTF-8, spec §1).

@@ -202,6 +202,9 @@ def responses(model: str, pb_message: str | None = None) -> dict[int | str, dict
         binary = {"schema": {"type": "string", "format": "binary"}}
         content["application/protobuf"] = binary
         content["application/x-protobuf"] = binary
+        content["text/x-protobuf"] = {"schema": {
+            "type": "string", "description": f"`netgrad.v1.{pb_message}` in protobuf text "
+            "format (`Accept: text/x-protobuf`), UTF-8"}}
     out: dict[int | str, dict[str, Any]] = {
         200: {"description": "Success", "content": content},
     }

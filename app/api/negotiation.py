@@ -38,7 +38,7 @@ class Media(StrEnum):
 
 PROTOBUF_TYPES = ("application/protobuf", "application/x-protobuf")
 JSON_TYPES = ("application/json",)
-#: Requests only: the request message in protobuf text format (a ``.pbtxt`` body).
+#: The message in protobuf text format (a ``.pbtxt`` body, or an answer ``Accept`` names).
 TEXT_TYPES = ("text/x-protobuf", "text/x-pbtxt")
 
 
@@ -128,9 +128,10 @@ def check_content_encoding(encoding: str | None) -> None:
 def protobuf_fallback(accept: str | None, content_type: str | None = None) -> str | None:
     """The protobuf Content-Type an answer may fall back to when it cannot be JSON.
 
-    Only an ``Accept`` header that names a protobuf type with ``q > 0`` allows it (the
-    request's own protobuf Content-Type, ``content_type``, when it sent one; else the type
-    named). Without ``Accept``, or with ``*/*``, an answer is JSON (the API's default).
+    Only an ``Accept`` header that names a protobuf type (binary or text format) with
+    ``q > 0`` allows it: the first one named, or the request's own Content-Type,
+    ``content_type``, when it is of the same kind (binary or text). Without ``Accept``, or
+    with ``*/*``, an answer is JSON (the API's default).
 
     Returns:
         The Content-Type, or ``None``.
@@ -149,12 +150,13 @@ def protobuf_fallback(accept: str | None, content_type: str | None = None) -> st
                 except ValueError:
                     q = 0.0
                 q = min(q, 1.0) if q == q else 0.0  # (RFC 9110: 0..1; inf as 1, NaN as 0)
-        if q > 0 and mt in PROTOBUF_TYPES:
+        if q > 0 and (mt in PROTOBUF_TYPES or mt in TEXT_TYPES):
             named = named or mt
     if named is None:
         return None
     sent = _media_type(content_type) if content_type else None
-    return sent if sent in PROTOBUF_TYPES else named
+    family = PROTOBUF_TYPES if named in PROTOBUF_TYPES else TEXT_TYPES
+    return sent if sent in family else named
 
 
 def json_only(accept: str | None) -> bool:
@@ -168,10 +170,12 @@ def json_only(accept: str | None) -> bool:
 def response_media(accept: str | None) -> tuple[Media, str]:
     """Response encoding and exact Content-Type for an ``Accept`` header (JSON by default).
 
-    The highest-q acceptable type wins; on a tie JSON is preferred. ``q=0`` excludes a type.
+    The highest-q acceptable type wins; on a tie JSON is preferred, then binary protobuf,
+    then text format (``text/x-protobuf``, ``text/x-pbtxt``): ``*/*`` means JSON, ``text/*``
+    text format. ``q=0`` excludes a type.
 
     Raises:
-        ProblemError: 406 when neither JSON nor protobuf is acceptable.
+        ProblemError: 406 when neither JSON nor protobuf (binary or text) is acceptable.
     """
     if not accept or not accept.strip():
         return Media.JSON, Media.JSON.value
@@ -192,7 +196,7 @@ def response_media(accept: str | None) -> tuple[Media, str]:
     def quality(mt: str) -> float:
         # the most specific range decides (RFC 9110 §12.5.1): application/json;q=0 excludes
         # JSON even when */* is acceptable
-        for rng in (mt, "application/*", "*/*"):
+        for rng in (mt, mt.split("/", 1)[0] + "/*", "*/*"):
             if rng in named:
                 return named[rng]
         return 0.0
@@ -202,6 +206,8 @@ def response_media(accept: str | None) -> tuple[Media, str]:
     explicit = [t for t in PROTOBUF_TYPES if t in named]
     for t in explicit or [Media.PROTOBUF.value]:
         cands.append((quality(t), 0, Media.PROTOBUF, t))
+    # (text format last on a tie: */* means JSON, text/* alone text format)
+    cands.extend((quality(t), -1, Media.TEXT, t) for t in TEXT_TYPES)
     for cand in cands:
         if cand[0] > 0 and (best is None or cand[:2] > best[:2]):
             best = cand
@@ -210,7 +216,8 @@ def response_media(accept: str | None) -> tuple[Media, str]:
             406,
             "not_acceptable",
             f"cannot answer with any of Accept: {accept!r}; accepted are application/json, "
-            "application/protobuf and application/x-protobuf",
+            "application/protobuf, application/x-protobuf and text/x-protobuf (or "
+            "text/x-pbtxt)",
         )
     return best[2], best[3]
 

@@ -43,7 +43,8 @@ BINARY_NOTE = (
     "\n\n**Binary protobuf.** The same request travels as the binary `netgrad.v1` message "
     "(`Content-Type: application/protobuf` or `application/x-protobuf`) and `Accept: "
     "application/protobuf` asks for a binary answer; a `.pbtxt` body (the request message in "
-    "text format) is accepted as `text/x-protobuf`. These are not offered in \"Try it out\", "
+    "text format) is accepted as `text/x-protobuf`, and `Accept: text/x-protobuf` asks for "
+    "the answer in text format. These are not offered in \"Try it out\", "
     "which cannot build or show binary bodies: use the Python client `netgrad-client`, the "
     "`netgrad` CLI with `--url`, or curl `--data-binary @request.pb`."
 )

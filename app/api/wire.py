@@ -25,7 +25,14 @@ from api_schemas import caffe2_pb2, netgrad_pb2
 from app import observability
 from app.api import jsonmap, misrouted
 from app.api.hints import refuse_other_media
-from app.api.negotiation import Body, Media, json_bytes, json_only, protobuf_fallback
+from app.api.negotiation import (
+    TEXT_TYPES,
+    Body,
+    Media,
+    json_bytes,
+    json_only,
+    protobuf_fallback,
+)
 from core.errors import DecodeError, InvalidRequestError, LimitExceededError
 from core.proto import codec, jsonwalk, limits
 from core.proto import jsonmap as core_jsonmap
@@ -487,11 +494,12 @@ def tensor_pb(arr: np.ndarray) -> netgrad_pb2.Tensor:
 
 
 def respond(body: Body, msg: message.Message) -> Response:
-    """``msg`` in the negotiated encoding: binary protobuf, or its JSON form.
+    """``msg`` in the negotiated encoding: binary protobuf, protobuf text format (UTF-8,
+    fields in number order, as ``codec.to_text`` writes them), or its JSON form.
 
     An answer that cannot be JSON (an ``Argument.s`` of bytes that are not UTF-8, which only
-    a binary or text-format request can send) is binary protobuf instead when the client's
-    ``Accept`` names a protobuf type (:func:`~app.api.negotiation.protobuf_fallback`);
+    a binary or text-format request can send) is binary protobuf or text format instead
+    when the client's ``Accept`` names one (:func:`~app.api.negotiation.protobuf_fallback`);
     otherwise a problem names every such field: a 406 for an ``Accept`` that names JSON
     only, a 400 for none or ``*/*`` (the default, JSON, was asked for).
 
@@ -501,15 +509,26 @@ def respond(body: Body, msg: message.Message) -> Response:
     observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)
+    if body.accept is Media.TEXT:
+        return _text_response(msg, body.accept_type)
     try:
         obj = jsonmap.encode(msg)
     except DecodeError as exc:
         fallback = protobuf_fallback(body.accept_header, body.content_type)
+        if fallback in TEXT_TYPES:
+            return _text_response(msg, fallback, {"Vary": "Accept"})
         if fallback is not None:
             return Response(codec.to_binary(msg), media_type=fallback,
                             headers={"Vary": "Accept"})
         raise _not_json(msg, json_only(body.accept_header)) from exc
     return Response(json_bytes(obj, size_hint=msg.ByteSize()), media_type=Media.JSON.value)
+
+
+def _text_response(msg: message.Message, media_type: str,
+                   headers: dict[str, str] | None = None) -> Response:
+    """``msg`` in protobuf text format: bytes that are not UTF-8 written as escapes."""
+    return Response(codec.to_text(msg).encode("utf-8"),
+                    media_type=f"{media_type}; charset=utf-8", headers=headers)
 
 
 def _not_json(msg: message.Message, refused: bool) -> Exception:

@@ -47,17 +47,21 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
     Source: protobuf's text format of the §1 schema (the wire forms of spec §8), its
     problems named as a JSON body's are (README, Encodings).
     """
-    text = str(exc)
+    line, column = exc.GetLine(), exc.GetColumn()
+    text = _short_quote(str(exc), source, line, column)
     if len(text) > MAX_TEXT_ERROR_CHARS:
         text = text[:MAX_TEXT_ERROR_CHARS] + f"... ({len(text):,} characters in all)"
     found = _NO_FIELD.search(text)
-    line, column = exc.GetLine(), exc.GetColumn()
     walk = (_walk(source, cls, (line, column), collect=found is not None)
             if source and line and column else None)
     path, op_index, op_type = walk.place() if walk is not None else (None, None, None)
     msg = f"invalid text-format {cls.DESCRIPTOR.name}: {text}"
     if found:
         msg += _unknown_advice(cls, found["type"], found["name"], path)
+        rest = _rest_at(source, line, column)
+        if rest is not None and rest.startswith(found["name"]) and not re.sub(
+                r"#[^\n]*", "", rest[len(found["name"]):]).strip():
+            msg += "; the text ends with this name (was it cut off?)"
         if path is not None:  # (the path names the unknown key, as JSON's does)
             path = f"{path}.{found['name']}" if path else found["name"]
     elif text.endswith('Expected "{".') and path is not None and line and column:
@@ -68,6 +72,14 @@ def text_problem(exc: text_format.ParseError, cls: type[message.Message],
             path = f"{path}.{field_name}" if path else field_name
     elif source and line and column:
         advice = _syntax_advice(str(exc), source, line, column)
+        # (a string that does not decode: the parser names the token after it)
+        inner = (None if walk is None else walk.before if _AFTER_STRING.search(text)
+                 else walk.scalar)
+        if advice == _ESCAPE_ADVICE and path is not None and inner:
+            # (the problem stays at its message, as before; its words name the string)
+            advice = (f"; the string is {path + '.' if path else ''}{inner}"
+                      + ("; the bytes its escapes give are not UTF-8 (names are UTF-8 text)"
+                         if _NOT_UTF8.search(text) else "") + advice)
         if advice == _CUT_OFF:
             if path is None and walk is not None and not walk.exhausted:  # (its last place)
                 path, op_index, op_type = text_place(source.rstrip(), "", cls)
@@ -118,6 +130,33 @@ _BAD_ESCAPE = re.compile(
     r"|'latin-1' codec can't encode character|'utf-8' codec can't (?:de|en)code "
     r"(?:byte|character)|Invalid escape|truncated \\[xuU])")
 _CUT_OFF = "; the text ends before its last message is closed (was it cut off?)"
+_ESCAPE_ADVICE = ("; a backslash in a text-format string starts an escape (\\n, \\t, \\\", "
+                  "\\\\, \\xHH, \\NNN, \\uXXXX), and the bytes escapes give must be "
+                  "UTF-8: write a backslash itself as \\\\")
+_NOT_UTF8 = re.compile(r"'utf-8' codec can't decode byte")
+_AFTER_STRING = re.compile(r"': Couldn't parse string: ")
+
+#: Characters of the line the parser quotes kept before and after the token it names.
+QUOTE_BEFORE, QUOTE_AFTER = 40, 60
+
+
+def _short_quote(text: str, source: str, line: int | None, column: int | None) -> str:
+    """The parser's message ``text`` with the line it quotes (the whole line: a one-line
+    body of megabytes came back in full, and its reason was cut off) cut to the part around
+    ``column``, so the reason after it always stays."""
+    if not source or not line or not column:
+        return text
+    lines = source.split("\n", line)
+    if len(lines) < line:
+        return text
+    quoted = f"{line}:{column} : '{lines[line - 1]}': "
+    if not text.startswith(quoted) or len(lines[line - 1]) <= QUOTE_BEFORE + QUOTE_AFTER:
+        return text
+    whole = lines[line - 1]
+    start, end = max(0, column - 1 - QUOTE_BEFORE), column - 1 + QUOTE_AFTER
+    excerpt = (("..." if start else "") + whole[start:end]
+               + ("..." if end < len(whole) else ""))
+    return f"{line}:{column} : '{excerpt}': {text[len(quoted):]}"
 
 
 def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
@@ -129,15 +168,10 @@ def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
     quoted = re.match(r"\d+:\d+ : '", text)
     reason = text[text.rfind("': ") + 3:] if quoted else text
     if _BAD_ESCAPE.match(reason):  # (the parser's words first, then what it quotes)
-        return ("; a backslash in a text-format string starts an escape (\\n, \\t, \\\", "
-                "\\\\, \\xHH, \\NNN, \\uXXXX), and the bytes escapes give must be "
-                "UTF-8: write a backslash itself as \\\\")
-    start = 0
-    for _ in range(line - 1):
-        start = source.find("\n", start) + 1
-        if start == 0:
-            return ""
-    rest = source[start + column - 1:]
+        return _ESCAPE_ADVICE
+    rest = _rest_at(source, line, column)
+    if rest is None:
+        return ""
     if reason.startswith("String missing ending quote") and "\n" not in rest.rstrip():
         return "; the text ends inside a string (was it cut off?): a string ends with \""
     # (the parser names the end of the text, or the last token before it: "Expected "}"")
@@ -145,6 +179,18 @@ def _syntax_advice(text: str, source: str, line: int, column: int) -> str:
                             and _LAST_TOKEN.fullmatch(rest)):
         return _CUT_OFF
     return ""
+
+
+def _rest_at(source: str, line: int | None, column: int | None) -> str | None:
+    """``source`` from 1-based ``line:column`` on; ``None`` when it has no such line."""
+    if not source or not line or not column:
+        return None
+    start = 0
+    for _ in range(line - 1):
+        start = source.find("\n", start) + 1
+        if start == 0:
+            return None
+    return source[start + column - 1:]
 
 
 _LAST_TOKEN = re.compile(
@@ -234,6 +280,8 @@ class _Walk:
     op: list[Any] | None = None
     reached: bool = False
     exhausted: bool = False  # (it read MAX_LOCATE_TOKENS tokens and gave up)
+    scalar: str | None = None  # the scalar field whose value stands there (``input[1]``)
+    before: str | None = None  # the scalar field of the value read last before it
     unknown: list[_Unknown] = field(default_factory=list)
 
     def place(self) -> tuple[str | None, int | None, str | None]:
@@ -268,6 +316,7 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
     pending: Any = None  # the field named by the last identifier, awaiting its value
     last_ident = ""
     value_next = False  # the next token is a value (after ":"), not a field name
+    last_value: str | None = None  # the field segment of the last value read (``input[0]``)
     try:
         for _ in range(MAX_LOCATE_TOKENS):
             if tok.AtEnd():
@@ -280,6 +329,11 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
                 out.op = frames[-1][6]
                 op_depth = next((k for k in range(len(frames) - 1, -1, -1)
                                  if frames[k] is out.op), 0)
+                value = pending if pending is not None else frames[-1][5]
+                if (frames[-1][0] is not None and tok.token not in _PUNCTUATION
+                        and (value_next or frames[-1][5] is not None)):
+                    out.scalar = _segment(value, frames[-1][2])
+                out.before = last_value
             if (out.reached and (not collect or len(out.unknown) >= jsonwalk.MAX_LISTED)
                     and (out.op is None or out.op[4] is not None
                          or op_depth >= len(frames) or frames[op_depth] is not out.op)):
@@ -329,14 +383,18 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
             elif desc is None:
                 pass
             elif t[:1] in ('"', "'"):
+                last_value = _segment(fld, counts)
                 if last_ident == "type" and desc.full_name == _OP and frames[-1][4] is None:
                     try:  # (a bad string: no type, but keep the location)
                         frames[-1][4] = text_format.Tokenizer([t]).ConsumeString()
                     except text_format.ParseError:
                         pass
+                _count(fld, counts)
                 if in_list is None:
                     pending, value_next = None, False
             elif value_next or in_list is not None:  # (an enum, bool or number value)
+                last_value = _segment(fld, counts)
+                _count(fld, counts)
                 if in_list is None:
                     pending, value_next = None, False
             else:
@@ -354,6 +412,23 @@ def _walk(text: str, cls: type[message.Message], at: tuple[int, int], collect: b
     except (text_format.ParseError, AttributeError, ValueError):
         pass
     return out
+
+
+_PUNCTUATION = frozenset(("{", "<", "}", ">", ":", ",", ";", "[", "]"))
+
+
+def _segment(fld: Any, counts: dict[str, int]) -> str | None:
+    """The path segment of the next value of the scalar field ``fld`` (``input[2]``, or
+    ``name``); ``None`` for no known scalar field."""
+    if fld is None or fld is _UNKNOWN_LIST or fld.message_type is not None:
+        return None
+    return f"{fld.name}[{counts.get(fld.name, 0)}]" if fld.is_repeated else fld.name
+
+
+def _count(fld: Any, counts: dict[str, int]) -> None:
+    """Count one value of the repeated scalar field ``fld`` (its index in a field path)."""
+    if fld is not None and fld.is_repeated and fld.message_type is None:
+        counts[fld.name] = counts.get(fld.name, 0) + 1
 
 
 def _path(frames: list[list[Any]]) -> str:

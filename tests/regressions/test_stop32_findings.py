@@ -368,7 +368,9 @@ def test_json_advice_has_no_false_friends(client: TestClient, body: bytes, advic
 @pytest.mark.parametrize(("body", "advice"), [
     (b'net { op { type: "A" } } ys { blob: "y" } skip:', "last field has its value"),
     (b'net { op { type: "A" }\n# the end', "last message is closed"),
-    (b'net { op { type: "A" input: "\\777" } }', "write a backslash itself"),
+    pytest.param(b'net { op { type: "A" input: "\\777" } }', "write a backslash itself",
+                 marks=pytest.mark.filterwarnings(
+                     "ignore:invalid octal escape:DeprecationWarning")),  # (Python's codec)
     (b'net { op { type: "A" input: "\\ud800" } }', "write a backslash itself"),
     (b'\xef\xbb\xbfnet { op { type: "A" } }', "byte-order mark (U+FEFF)"),
 ])

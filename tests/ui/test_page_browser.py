@@ -191,6 +191,31 @@ def test_swagger_offers_json_only_and_renders_offline(browser: Any, server: str,
     context.close()
 
 
+def test_swagger_asks_for_a_text_format_answer(browser: Any, server: str,
+                                               tmp_path: Path) -> None:
+    """The answer's media type picked in "Try it out" is sent as Accept: text/x-protobuf,
+    and the text-format answer is shown (binary types stay out of the page)."""
+    context, page, outside = _offline_page(browser, server)
+    page.goto(server + "/docs")
+    op = page.locator("#operations-gradients-gradientsNet")
+    op.wait_for(timeout=60_000)
+    op.locator(".opblock-summary").click()
+    op.locator("button.try-out__btn").click()
+    answer = op.locator(".response-control-media-type select").first
+    assert answer.locator("option").all_inner_texts() == ["application/json",
+                                                          "text/x-protobuf"]
+    answer.select_option("text/x-protobuf")
+    op.locator("button.execute").click()
+    op.locator(".live-responses-table").wait_for()
+    page.wait_for_timeout(300)
+    text = op.locator(".live-responses-table").inner_text()
+    page.screenshot(path=str(tmp_path / "swagger-text.png"), full_page=False)
+    assert "text/x-protobuf; charset=utf-8" in text, text
+    assert 'grad_ops {' in text and 'output: "fc_w_grad"' in text, text
+    assert not outside, outside
+    context.close()
+
+
 MIXED_NET = {"name": "mixed", "op": [
     {"type": "Gather", "input": ["E", "I"], "output": ["G"]},
     {"type": "Relu", "input": ["E"], "output": ["R"]},
