@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from api_schemas import caffe2_pb2
-from core.errors import GradientError
-from core.types import GradientSlice, GradValue, grad_names
+from core.errors import GradientError, InvalidNetError
+from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
 OperatorDef = caffe2_pb2.OperatorDef
 Argument = caffe2_pb2.Argument
@@ -226,12 +226,29 @@ class GradientMaker:
         return None
 
     def arg_i(self, name: str, default: int) -> int:
-        """Integer argument ``name`` (field ``i``), or ``default``."""
+        """Integer argument ``name`` (field ``i``), or ``default`` when absent.
+
+        Read as the kernels read it (:func:`core.ops._args.get_int`) and as Caffe2's
+        ``GetSingleArgument<int>`` does (spec §1.4): a value in another field is refused,
+        never read as the default (adversarial review, stop 34: ``axis`` given as
+        ``f = 1`` ran forward on axis 1 and got the gradient of axis 0).
+
+        Raises:
+            InvalidNetError: code ``invalid_argument``, the argument holds no integer.
+        """
         a = self.arg(name)
-        return int(a.i) if a is not None and a.HasField("i") else default
+        if a is None:
+            return default
+        if a.HasField("i"):
+            return int(a.i)
+        raise bad_argument(self.op_type, name, a, "an integer (field i)")
 
     def arg_f(self, name: str, default: float) -> float:
-        """Float argument ``name`` (``f``, or ``i`` widened), or ``default``."""
+        """Float argument ``name`` (``f``, or ``i`` widened), or ``default`` when absent.
+
+        Raises:
+            InvalidNetError: code ``invalid_argument``, the argument holds no number.
+        """
         a = self.arg(name)
         if a is None:
             return default
@@ -239,13 +256,52 @@ class GradientMaker:
             return float(a.f)
         if a.HasField("i"):
             return float(a.i)
-        return default
+        raise bad_argument(self.op_type, name, a, "a number (field f)")
+
+    def warn_no_gradient(self, inputs: Sequence[int], why: str, severity: str = "info"
+                         ) -> None:
+        """Say that forward inputs ``inputs`` (indices) get no gradient, and ``why`` (an
+        argument turns it off, as in Caffe2: ``grad_on_weights``, ``is_learnable``...), so
+        a missing gradient is never silent (review, stop 34). Code ``input_gradient_off``;
+        ``severity`` ``"info"`` where that is the op's usual use (Detectron's frozen
+        AffineChannel), ``"warning"`` where it is likely a slip."""
+        names = [self.input_names[i] for i in inputs if i < len(self.input_names)]
+        if names and self.env is not None:  # (None: a maker called on its own, no answer)
+            shown = ", ".join(f"'{n}'" for n in names)
+            self.env.warn("input_gradient_off", f"{self.op_type}: {shown} get no gradient: "
+                          f"{why}", op_index=self.env.op_index, op_type=self.op_type,
+                          blobs=names, severity=severity)
 
     # -- building ops ----------------------------------------------------------
     # ``m.make_op(type, inputs, outputs, args=(), name="")``: a new gradient OperatorDef,
     # built like C++ ``CreateOperatorDef`` (name present). The module function itself, not
     # a wrapper: one call per op on the hot path.
     make_op = staticmethod(make_op)
+
+
+def field_kind(a: Argument) -> str:
+    """The value an Argument holds, in words (``f = 1``, ``a string``, ``no value``)."""
+    if a.HasField("f"):
+        return f"f = {a.f:g}"
+    if a.HasField("i"):
+        return f"i = {a.i}"
+    if a.HasField("s"):
+        return "a string (s)"
+    for field in ("ints", "floats", "strings", "nets", "tensors"):
+        if len(getattr(a, field)):
+            return f"a list ({field})"
+    if a.HasField("n"):
+        return "a net (n)"
+    return "no value"
+
+
+def bad_argument(op_type: str, name: str, a: Argument, want: str) -> InvalidNetError:
+    """The problem of argument ``name`` of a ``op_type`` op holding no ``want`` (Caffe2:
+    "Argument <name> does not have the right field"); the pass fills in where the op is."""
+    msg = (f"{op_type}: argument '{name}' must be {want}, not {field_kind(a)}: Caffe2 refuses "
+           f"it (\"Argument {name} does not have the right field\"), and netgrad will not "
+           "guess which value was meant")
+    return InvalidNetError(msg, [Diagnostic("error", "invalid_argument", msg)])
 
 
 def make_arg(name: str, value: Any) -> Argument:

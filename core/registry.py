@@ -35,6 +35,7 @@ from core.errors import GradientError, GradientNotDefinedError, InvalidNetError
 
 # The maker's view lives in core.maker; op modules and clients import it from here.
 from core.maker import GradientMaker, warn_dropped
+from core.maker import bad_argument as bad_argument
 from core.maker import find_arg as find_arg
 from core.maker import make_arg as make_arg
 from core.maker import make_op as make_op

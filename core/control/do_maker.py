@@ -9,6 +9,8 @@ binds its outer gradient once) and #9 (a sparse gradient reaching the Do is a 4x
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from api_schemas import caffe2_pb2
 from core.control.subnets import (
     INNER_GRAD,
@@ -45,6 +47,8 @@ def do_gradient(m: GradientMaker) -> list[OperatorDef]:
     """
     op, env = m.op, m.env
     b = check_do(op, env)
+    bool_arg(op, "copy_external_blobs")  # (read as the runtime reads it: refused if not i)
+    _refuse_reserved_names(op, b.subnet, b.inner_to_outer, env)
     _check_unbound_reads(op, b.subnet, set(b.inner_to_outer), env)
     copies, g_output = dedupe_g_output(op, m.g_output)
     m.g_input = [None] * len(op.input)
@@ -167,6 +171,30 @@ def _check_unbound_reads(op: OperatorDef, subnet: caffe2_pb2.NetDef, bound: set[
                                               sub_op.type, f"{sub_path}op[{i}]:{sub_op.type}",
                                               (name,)))
         written.update(outs)
+
+
+def _refuse_reserved_names(op: OperatorDef, subnet: caffe2_pb2.NetDef,
+                           inner_to_outer: Mapping[str, str], env: GenEnv) -> None:
+    """Refuse sub-net blobs named like the gradient Do's own inner names.
+
+    The gradient Do binds each seed as ``<y>/_DO_OPERATOR_INNER_GRAD_`` and copies input
+    gradients out through ``<x>/_DO_OPERATOR_INNER_GRAD_COPY_`` (spec §3.3). A forward
+    local of that name is shadowed by the binding: a gradient op that reads its forward
+    value reads the seed instead, a wrong gradient with no error (adversarial review,
+    stop 34).
+
+    Raises:
+        InvalidNetError: code ``gradient_name_collision``, naming the blobs.
+    """
+    names = dict.fromkeys(n for o in subnet.op for n in (*o.input, *o.output))
+    names.update(dict.fromkeys(inner_to_outer))
+    bad = [n for n in names if n.endswith((INNER_GRAD, INNER_GRAD_COPY))]
+    if bad:
+        shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        raise invalid_net(
+            env, op, f"the Do's sub-net names {shown} with a suffix the gradient Do reserves "
+            f"for its own blobs ({INNER_GRAD}, {INNER_GRAD_COPY}): the gradient would read "
+            "the wrong values; rename these blobs", "gradient_name_collision", blobs=bad)
 
 
 def _order_copies(copy_ops: list[OperatorDef], seed_names: set[str]) -> list[OperatorDef]:

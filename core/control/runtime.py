@@ -24,7 +24,14 @@ from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, InvalidNetError, LimitExceededError
 from core.executor.limits import RunLimits
 from core.executor.workspace import Workspace, WorkspaceStack
-from core.registry import GradientStatus, find_arg, register_native, register_op, schema
+from core.registry import (
+    GradientStatus,
+    bad_argument,
+    find_arg,
+    register_native,
+    register_op,
+    schema,
+)
 from core.types import Diagnostic
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -66,8 +73,17 @@ def _required_net(op: OperatorDef, name: str) -> NetDef:
 
 
 def _flag(op: OperatorDef, name: str) -> bool:
+    """A flag argument (``False`` when absent), read as generation reads it.
+
+    Raises:
+        InvalidNetError: code ``invalid_argument``, the argument holds no integer.
+    """
     a = find_arg(op, name)
-    return bool(a is not None and a.HasField("i") and a.i)
+    if a is None:
+        return False
+    if not a.HasField("i"):
+        raise bad_argument(op.type, name, a, "an integer (field i)")
+    return bool(a.i)
 
 
 def _condition(ws: Workspace, name: str, op_type: str) -> bool:

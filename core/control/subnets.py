@@ -16,7 +16,7 @@ from typing import Any
 from api_schemas import caffe2_pb2
 from core.errors import GradientError, InvalidNetError, NetgradError
 from core.ir.env import GenEnv
-from core.registry import GradientMaker, find_arg, make_op, subnet_pass
+from core.registry import GradientMaker, bad_argument, find_arg, make_op, subnet_pass
 from core.types import GradientSlice, GradValue
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -51,9 +51,18 @@ def net_argument(op: OperatorDef, name: str) -> NetDef | None:
 
 
 def bool_arg(op: OperatorDef, name: str) -> bool:
-    """Integer argument ``name`` of ``op`` as a flag (``False`` when absent)."""
+    """Integer argument ``name`` of ``op`` as a flag (``False`` when absent), read as the
+    runtime reads it (:func:`core.control.runtime`'s flags) and as Caffe2 does (spec §1.4).
+
+    Raises:
+        InvalidNetError: code ``invalid_argument``, the argument holds no integer.
+    """
     a = find_arg(op, name)
-    return bool(a.i) if a is not None and a.HasField("i") else False
+    if a is None:
+        return False
+    if not a.HasField("i"):
+        raise bad_argument(op.type, name, a, "an integer (field i)")
+    return bool(a.i)
 
 
 @dataclass

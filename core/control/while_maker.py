@@ -109,6 +109,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         env.counters.update(counters)
         sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
     stepped = _refuse_cond_net_values(m, seeds, sub.grad_map)
+    _refuse_unsaved_reads(m, body, sub.ops)
     cond_name = env.unique_net_name("gradient_loop_cond_net")
     cond_blob = cond_name + "/cond"
     cond_net = NetDef()
@@ -259,6 +260,45 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
         "the cond_net, so that part of the gradient would be lost. Compute these values in "
         "loop_net and let the cond_net write only the condition",
         "unsupported_loop", blobs=bad)
+
+
+def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
+                          body_grad_ops: Sequence[OperatorDef]) -> None:
+    """Refuse a loop body Do without ``copy_external_blobs`` whose gradient reads a forward
+    value the loop overwrites.
+
+    Without the flag a saved iteration workspace keeps only the body's local blobs; a bound
+    inner name still forwards to the outer blob (spec §4.1, §4.4 step 4), which holds the
+    *last* iteration's value when the backward pass runs. A gradient of an earlier
+    iteration that reads such a blob (``y = Sigmoid(y)`` reads its output ``y``) then gets
+    the wrong value, and Caffe2 answers a wrong gradient without a word (adversarial review,
+    stop 34). Blobs the loop does not write (weights) read the same in every iteration and
+    are fine.
+
+    Raises:
+        InvalidNetError: code ``unsaved_loop_values``, naming the blobs, with the fix
+            (``copy_external_blobs: 1`` on the body Do, as Caffe2's add_while_op sets it).
+    """
+    if bool_arg(body, "copy_external_blobs"):
+        return
+    workspace = body.output[-1] if len(body.output) else ""
+    written = dict.fromkeys(n for n in body.output if n != workspace)
+    cond_net = net_argument(m.op, "cond_net")
+    for cop in cond_net.op if cond_net is not None else ():
+        written.update(dict.fromkeys(cop.output[:-1] if cop.type == "Do" else cop.output))
+    bad = [n for n in dict.fromkeys(i for g in body_grad_ops for i in g.input)
+           if n in written]
+    if not bad:
+        return
+    shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    raise invalid_net(
+        m.env, m.op,
+        f"the loop body's gradient reads {shown}, which the loop overwrites, and the body Do "
+        "has no copy_external_blobs: every iteration's gradient would read the last "
+        "iteration's value (a wrong gradient). Add {\"name\": \"copy_external_blobs\", "
+        "\"i\": 1} to the body Do's arguments, as Caffe2's add_while_op does, so each saved "
+        "workspace keeps its own values",
+        "unsaved_loop_values", blobs=bad)
 
 
 def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:

@@ -2,7 +2,10 @@
 
 Caffe2 reads arguments with ``ArgumentHelper::GetSingleArgument`` / ``GetRepeatedArgument``
 (spec §1.4); the readers below follow the same rules: the first argument with the name wins,
-a missing argument gives the default, an int argument is accepted where a float is expected.
+a missing argument gives the default, an integer must be in field ``i`` (a float, even an
+integral one, is refused as Caffe2 refuses it), and an int argument is accepted where a
+float is expected. Gradient makers read with the same rules (:class:`core.maker.GradientMaker`),
+so a forward run and its gradient never read one argument two ways.
 :func:`conv_pool_geometry` mirrors ``ConvPoolOpBase`` (kernel/stride/pad/dilation arguments,
 ``legacy_pad`` and the output-size rule of ``ComputeSizeAndPad``), spec §5.4.
 """
@@ -18,6 +21,7 @@ import numpy as np
 
 from api_schemas import caffe2_pb2
 from core.errors import ExecutionError, LimitExceededError
+from core.maker import field_kind
 from core.registry import find_arg, kernel_inputs_repr
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -34,9 +38,9 @@ def get_int(op: OperatorDef, name: str, default: int) -> int:
         return default
     if a.HasField("i"):
         return int(a.i)
-    if a.HasField("f") and float(a.f).is_integer():
-        return int(a.f)
-    raise ExecutionError(f"{op.type}: argument '{name}' must be an integer")
+    raise ExecutionError(f"{op.type}: argument '{name}' must be an integer (field i), "
+                         f"not {field_kind(a)}; Caffe2 refuses it too (\"Argument {name} does "
+                         "not have the right field: expected field i\")")
 
 
 def get_bool(op: OperatorDef, name: str, default: bool) -> bool:
@@ -57,7 +61,8 @@ def get_float(op: OperatorDef, name: str, default: float) -> float:
         return float(a.f)
     if a.HasField("i"):
         return float(a.i)
-    raise ExecutionError(f"{op.type}: argument '{name}' must be a number")
+    raise ExecutionError(f"{op.type}: argument '{name}' must be a number (field f), not "
+                         f"{field_kind(a)}")
 
 
 def get_str(op: OperatorDef, name: str, default: str) -> str:

@@ -73,13 +73,17 @@ def layer_norm(op: OperatorDef, inputs: list[np.ndarray]) -> list[np.ndarray]:
     mean = x2.mean(1, keepdims=True)
     std = np.sqrt(x2.var(1, keepdims=True) + eps)
     y = (x2 - mean) / std
-    if len(inputs) == 3:
+    if len(inputs) == 2:
+        raise _fail(op, inputs, "expects inputs [X] or [X, gamma, beta]")
+    # (Caffe2 reads gamma and beta only with elementwise_affine set, and ignores them
+    # otherwise; the gradient maker decides by the same argument: review, stop 34)
+    if get_bool(op, "elementwise_affine", False):
+        if len(inputs) != 3:
+            raise _fail(op, inputs, "elementwise_affine=1 needs inputs [X, gamma, beta]")
         g, b = inputs[1], inputs[2]
         if g.size != n or b.size != n:
             raise _fail(op, inputs, f"gamma and beta must have {n} elements")
         y = y * g.reshape(1, n) + b.reshape(1, n)
-    elif len(inputs) == 2:
-        raise _fail(op, inputs, "expects inputs [X] or [X, gamma, beta]")
     stat_shape = x.shape[:a] + (1,)
     return [
         y.reshape(x.shape).astype(x.dtype),
@@ -106,6 +110,10 @@ def layer_norm_grad(m: GradientMaker) -> list[OperatorDef]:
         if len(m.input_names) != 3:
             raise GradientError("LayerNorm with elementwise_affine=1 needs inputs [X, gamma, beta]")
         return [m.make_op("LayerNormGradient", ins + [m.I(1)], [m.GI(0), m.GI(1), m.GI(2)])]
+    if len(m.input_names) == 3:
+        m.warn_no_gradient([1, 2], "elementwise_affine is not set, so LayerNorm ignores gamma "
+                           "and beta (as Caffe2 does); set elementwise_affine: 1 to apply them",
+                           severity="warning")
     return [m.make_op("LayerNormGradient", ins, [m.GI(0)])]
 
 
@@ -422,6 +430,8 @@ def affine_channel_grad(m: GradientMaker) -> list[OperatorDef]:
                 "AffineChannelGradient", [m.GO(0), m.I(0), m.I(1)], [m.GI(0), m.GI(1), m.GI(2)]
             )
         ]
+    m.warn_no_gradient([1, 2], "is_learnable is not set (a frozen affine transform, as "
+                       "Caffe2 defines it); set is_learnable: 1 to train scale and bias")
     return [m.make_op("AffineChannelGradient", [m.GO(0), m.I(1)], [m.GI(0)])]
 
 

@@ -125,6 +125,9 @@ def weighted_sum_grad(m: GradientMaker) -> list[OperatorDef]:
     outs = [m.GI(i) for i in range(0, n, 2)]
     if m.arg_i("grad_on_w", 0):
         outs += [m.GI(i + 1) for i in range(0, n, 2)]
+    else:
+        m.warn_no_gradient(list(range(1, n, 2)), "grad_on_w is not set (Caffe2's default); "
+                           "set grad_on_w: 1 for the weights' gradients")
     return [m.make_op("WeightedSumGradient", ins, outs)]
 
 

@@ -253,6 +253,9 @@ def _lengths_maker(f: Family, need_indices: bool) -> Any:
         outs = [base + "_grad_values" if f.sparse else m.GI(0)]
         if on_weights:
             outs.append(m.GI(1))
+        elif weighted:
+            m.warn_no_gradient([1], "grad_on_weights is not set (Caffe2's default); set "
+                               "grad_on_weights: 1 for the weights' gradient")
         kind = ("SparseLengths" if f.sparse else "Lengths") + (
             "IndicesInGradient" if need_indices else ""
         )
