@@ -6,10 +6,15 @@ answer can name every offending op (op index, op type and sub-net path) at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Self
 
 from core.types import Diagnostic
+
+
+def shown_names(names: Sequence[str], limit: int = 10) -> str:
+    """``'a', 'b' ...``: the first ``limit`` blob names of a problem, quoted, for its text."""
+    return ", ".join(f"'{n}'" for n in names[:limit]) + (" ..." if len(names) > limit else "")
 
 
 class NetgradError(Exception):

@@ -25,6 +25,7 @@ from core.control.subnets import (
     reject_sparse,
     subnet_gradient,
 )
+from core.errors import shown_names
 from core.ir.env import GenEnv
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
 from core.types import Diagnostic, GradValue
@@ -190,7 +191,7 @@ def _refuse_reserved_names(op: OperatorDef, subnet: caffe2_pb2.NetDef,
     names.update(dict.fromkeys(inner_to_outer))
     bad = [n for n in names if n.endswith((INNER_GRAD, INNER_GRAD_COPY))]
     if bad:
-        shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        shown = shown_names(bad)
         raise invalid_net(
             env, op, f"the Do's sub-net names {shown} with a suffix the gradient Do reserves "
             f"for its own blobs ({INNER_GRAD}, {INNER_GRAD_COPY}): the gradient would read "

@@ -24,7 +24,7 @@ from core.control.subnets import (
     put_net,
     subnet_gradient,
 )
-from core.errors import NetgradError
+from core.errors import NetgradError, shown_names
 from core.ir.env import GenEnv
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
 
@@ -252,7 +252,7 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     if not bad:
         return [n for n in writes if n != cond and (
             body_grads.get(n) is not None or seeds.get(n) is not None)]
-    shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    shown = shown_names(bad)
     raise invalid_net(
         m.env, m.op,
         f"the While's cond_net computes {shown}, which has a gradient (the loop body "
@@ -290,7 +290,7 @@ def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
            if n in written]
     if not bad:
         return
-    shown = ", ".join(f"'{n}'" for n in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    shown = shown_names(bad)
     raise invalid_net(
         m.env, m.op,
         f"the loop body's gradient reads {shown}, which the loop overwrites, and the body Do "

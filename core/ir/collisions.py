@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from api_schemas import caffe2_pb2
-from core.errors import InvalidNetError
+from core.errors import InvalidNetError, shown_names
 from core.registry import GradientStatus, get_entry
 from core.types import Diagnostic, GradientSlice, GradValue, grad_names
 
@@ -178,7 +178,7 @@ def refuse_hidden_writes(bp: Any, idx: int, undeclared: Mapping[int, Sequence[st
             bad.append(name)
     if not bad:
         return
-    shown = ", ".join(f"'{b}'" for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    shown = shown_names(bad)
     op_type = ops[idx].type
     msg = (f"{op_type}'s sub-net writes {shown} without the op declaring it as an output, "
            "and its gradient is needed: the backward pass cannot see that write, so the "

@@ -171,20 +171,32 @@ def test_redoc_renders_offline(browser: Any, server: str, tmp_path: Path) -> Non
     context.close()
 
 
+def _try_out(page: Any, server: str, operation_id: str) -> Any:
+    """Open /docs, expand ``operation_id`` and press "Try it out"; its block's locator."""
+    page.goto(server + "/docs")
+    op = page.locator(f"#operations-gradients-{operation_id}")
+    op.wait_for(timeout=60_000)
+    op.locator(".opblock-summary").click()
+    op.locator("button.try-out__btn").click()
+    return op
+
+
+def _execute(page: Any, op: Any) -> str:
+    """Press "Execute" in the block ``op`` and return the live response's text."""
+    op.locator("button.execute").click()
+    op.locator(".live-responses-table").wait_for()
+    page.wait_for_timeout(300)
+    text: str = op.locator(".live-responses-table").inner_text()
+    return text
+
+
 def test_swagger_offers_json_only_and_renders_offline(browser: Any, server: str,
                                                       tmp_path: Path) -> None:
     context, page, outside = _offline_page(browser, server)
-    page.goto(server + "/docs")
-    op = page.locator("#operations-gradients-gradientsNet")
-    op.wait_for(timeout=60_000)
-    op.locator(".opblock-summary").click()
-    page.locator("#operations-gradients-gradientsNet button.try-out__btn").click()
-    media = page.locator("#operations-gradients-gradientsNet .body-param-content-type select")
+    op = _try_out(page, server, "gradientsNet")
+    media = op.locator(".body-param-content-type select")
     assert media.locator("option").all_inner_texts() == ["application/json"]
-    page.locator("#operations-gradients-gradientsNet button.execute").click()
-    page.locator("#operations-gradients-gradientsNet .live-responses-table").wait_for()
-    page.wait_for_timeout(300)
-    text = page.locator("#operations-gradients-gradientsNet .live-responses-table").inner_text()
+    text = _execute(page, op)
     page.screenshot(path=str(tmp_path / "swagger.png"), full_page=False)
     assert "200" in text and "fc_w_grad" in text
     assert not outside, outside
@@ -196,19 +208,12 @@ def test_swagger_asks_for_a_text_format_answer(browser: Any, server: str,
     """The answer's media type picked in "Try it out" is sent as Accept: text/x-protobuf,
     and the text-format answer is shown (binary types stay out of the page)."""
     context, page, outside = _offline_page(browser, server)
-    page.goto(server + "/docs")
-    op = page.locator("#operations-gradients-gradientsNet")
-    op.wait_for(timeout=60_000)
-    op.locator(".opblock-summary").click()
-    op.locator("button.try-out__btn").click()
+    op = _try_out(page, server, "gradientsNet")
     answer = op.locator(".response-control-media-type select").first
     assert answer.locator("option").all_inner_texts() == ["application/json",
                                                           "text/x-protobuf"]
     answer.select_option("text/x-protobuf")
-    op.locator("button.execute").click()
-    op.locator(".live-responses-table").wait_for()
-    page.wait_for_timeout(300)
-    text = op.locator(".live-responses-table").inner_text()
+    text = _execute(page, op)
     page.screenshot(path=str(tmp_path / "swagger-text.png"), full_page=False)
     assert "text/x-protobuf; charset=utf-8" in text, text
     assert 'grad_ops {' in text and 'output: "fc_w_grad"' in text, text
