@@ -281,6 +281,19 @@ def _print_problem(code: str, message: str, errors: Sequence[Any]) -> None:
             print(f"netgrad: {hint}", file=sys.stderr)
 
 
+def _load_named(path: str) -> caffe2_pb2.NetDef:
+    """A NetDef file of a command that reads several files: its problems name it.
+
+    Raises:
+        DecodeError: the file does not parse.
+        OSError: it cannot be read.
+    """
+    try:
+        return load_net(Path(path))
+    except DecodeError as exc:
+        raise named(path, exc) from exc
+
+
 def _load_init_net(path: str | None) -> caffe2_pb2.NetDef | None:
     """The ``--init-net`` file's NetDef; its problems name the file (there are two nets).
 
@@ -288,12 +301,7 @@ def _load_init_net(path: str | None) -> caffe2_pb2.NetDef | None:
         DecodeError: the file does not parse.
         OSError: it cannot be read.
     """
-    if not path:
-        return None
-    try:
-        return load_net(Path(path))
-    except DecodeError as exc:
-        raise named(path, exc) from exc
+    return _load_named(path) if path else None
 
 
 def _guarded(ns: argparse.Namespace, route: str, work: Any) -> int:
@@ -318,7 +326,7 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
     from app import cli_commands as cc
 
     def work() -> int:
-        net = load_net(Path(ns.file))
+        net = _load_named(ns.file)
         ys = list(ns.ys) if ns.ys else default_ys(net)
         req = cc.verify_request(ns, net, ys, _load_init_net(ns.init_net))
         if ns.url:
@@ -337,7 +345,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     from app import cli_commands as cc
 
     def work() -> int:
-        req = cc.run_request(ns, load_net(Path(ns.file)), _load_init_net(ns.init_net))
+        req = cc.run_request(ns, _load_named(ns.file), _load_init_net(ns.init_net))
         if ns.url:
             res = cc.remote(ns.url, "/v1/run", req, netgrad_pb2.RunResponse, ns.api_key)
         else:

@@ -128,17 +128,17 @@ def check_content_encoding(encoding: str | None) -> None:
 def protobuf_fallback(accept: str | None, content_type: str | None = None) -> str | None:
     """The protobuf Content-Type an answer may fall back to when it cannot be JSON.
 
-    Only an ``Accept`` header that names a protobuf type (binary or text format) with
-    ``q > 0`` allows it: the first one named, or the request's own Content-Type,
-    ``content_type``, when it is of the same kind (binary or text). Without ``Accept``, or
-    with ``*/*``, an answer is JSON (the API's default).
+    Only an ``Accept`` header that names a protobuf type (binary or text format, or
+    ``text/*``) with ``q > 0`` allows it: the one of highest ``q`` (the first on a tie), or
+    the request's own Content-Type, ``content_type``, when it is of the same kind. Without
+    ``Accept``, or with ``*/*``, an answer is JSON (the API's default).
 
     Returns:
         The Content-Type, or ``None``.
     """
     if not accept:
         return None
-    named = None
+    best: tuple[float, str] | None = None  # (q, type): the highest q; on a tie the first
     for part in accept.split(","):
         fields = [f.strip() for f in part.split(";")]
         mt = fields[0].lower()
@@ -150,10 +150,14 @@ def protobuf_fallback(accept: str | None, content_type: str | None = None) -> st
                 except ValueError:
                     q = 0.0
                 q = min(q, 1.0) if q == q else 0.0  # (RFC 9110: 0..1; inf as 1, NaN as 0)
-        if q > 0 and (mt in PROTOBUF_TYPES or mt in TEXT_TYPES):
-            named = named or mt
-    if named is None:
+        if mt == "text/*":  # (text format is the text type the API answers in)
+            mt = Media.TEXT.value
+        if q > 0 and (mt in PROTOBUF_TYPES or mt in TEXT_TYPES) and (
+                best is None or q > best[0]):
+            best = (q, mt)
+    if best is None:
         return None
+    named = best[1]
     sent = _media_type(content_type) if content_type else None
     family = PROTOBUF_TYPES if named in PROTOBUF_TYPES else TEXT_TYPES
     return sent if sent in family else named

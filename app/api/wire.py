@@ -541,7 +541,7 @@ def _not_json(msg: message.Message, refused: bool) -> Exception:
     detail = (f"the answer cannot be JSON: {shown or 'a text field'} {verb} bytes that are not "
               "UTF-8 (an Argument.s the request sent as bytes), which JSON cannot show as "
               "text; ask for binary protobuf (Accept: application/x-protobuf or "
-              "application/protobuf)")
+              "application/protobuf) or text format (Accept: text/x-protobuf)")
     code = "not_acceptable" if refused else "answer_not_json"
     problems = [Diagnostic("error", code, f"{p}: holds bytes that are not UTF-8; ask for "
                            "Accept: application/x-protobuf (or application/protobuf)", path=p)

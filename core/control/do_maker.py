@@ -180,15 +180,15 @@ def _refuse_reserved_names(op: OperatorDef, subnet: caffe2_pb2.NetDef,
 
     The gradient Do binds each seed as ``<y>/_DO_OPERATOR_INNER_GRAD_`` and copies input
     gradients out through ``<x>/_DO_OPERATOR_INNER_GRAD_COPY_`` (spec §3.3). A forward
-    local of that name is shadowed by the binding: a gradient op that reads its forward
-    value reads the seed instead, a wrong gradient with no error (adversarial review,
-    stop 34).
+    local of that name, at any depth of the sub-net, is shadowed by the binding: a gradient
+    op that reads its forward value reads the seed instead, a wrong gradient with no error
+    (adversarial review, stop 34).
 
     Raises:
         InvalidNetError: code ``gradient_name_collision``, naming the blobs.
     """
-    names = dict.fromkeys(n for o in subnet.op for n in (*o.input, *o.output))
-    names.update(dict.fromkeys(inner_to_outer))
+    names = dict.fromkeys(inner_to_outer)
+    _all_names(subnet, names)
     bad = [n for n in names if n.endswith((INNER_GRAD, INNER_GRAD_COPY))]
     if bad:
         shown = shown_names(bad)
@@ -196,6 +196,19 @@ def _refuse_reserved_names(op: OperatorDef, subnet: caffe2_pb2.NetDef,
             env, op, f"the Do's sub-net names {shown} with a suffix the gradient Do reserves "
             f"for its own blobs ({INNER_GRAD}, {INNER_GRAD_COPY}): the gradient would read "
             "the wrong values; rename these blobs", "gradient_name_collision", blobs=bad)
+
+
+def _all_names(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
+    """Every blob name of ``net``'s ops and of the nets nested in their arguments (an
+    If/While branch runs in the Do's own workspace; review, stop 34)."""
+    for o in net.op:
+        into.update(dict.fromkeys(o.input))
+        into.update(dict.fromkeys(o.output))
+        for a in o.arg:
+            if a.HasField("n"):
+                _all_names(a.n, into)
+            for n in a.nets:
+                _all_names(n, into)
 
 
 def _order_copies(copy_ops: list[OperatorDef], seed_names: set[str]) -> list[OperatorDef]:

@@ -8,6 +8,7 @@ contribution per iteration, and incoming gradients are never written (issue 7, F
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from api_schemas import caffe2_pb2
@@ -26,6 +27,7 @@ from core.control.subnets import (
 )
 from core.errors import NetgradError, shown_names
 from core.ir.env import GenEnv
+from core.ir.ssa import hidden_do_writes
 from core.registry import GradientMaker, make_arg, make_op, register_gradient, schema
 
 OperatorDef = caffe2_pb2.OperatorDef
@@ -53,6 +55,12 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         GradientError: sparse gradients at the boundary; empty seed map.
     """
     op, env = m.op, m.env
+    twice = [n for n, k in Counter(op.input[1:]).items() if k > 1]  # (after the condition)
+    if twice:  # (their gradient slots would be summed into one name: an unrunnable 200)
+        raise invalid_net(
+            env, op, f"the While lists {shown_names(twice)} more than once among its inputs; "
+            "list each blob once (as add_while_op does: the body's and the condition's "
+            "inputs are merged)", "duplicate_input", blobs=twice)
     copies, seeds = conditional_seeds(m)
     loop_net = net_argument(op, "loop_net")
     if loop_net is None:
@@ -108,6 +116,7 @@ def while_gradient(m: GradientMaker) -> list[OperatorDef]:
         env.counters.clear()
         env.counters.update(counters)
         sub = subnet_gradient(op, loop_net, seeds, env, "loop_net")
+    _refuse_hidden_writes(m, body, seeds, sub.grad_map)
     stepped = _refuse_cond_net_values(m, seeds, sub.grad_map)
     _refuse_unsaved_reads(m, body, sub.ops)
     cond_name = env.unique_net_name("gradient_loop_cond_net")
@@ -242,7 +251,7 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     for cop in cond_net.op:
         if cop.type == "Do":
             check_do(cop, m.env)  # malformed bindings are a 422 here too, as /v1/run says
-        outs = cop.output[:-1] if cop.type == "Do" else cop.output
+        outs = _writes(cop)
         writes.update(dict.fromkeys(outs))
         for n in outs:
             steps[n] = steps.get(n, True) and _is_step(cop, n, m.op.output)
@@ -260,6 +269,31 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
         "the cond_net, so that part of the gradient would be lost. Compute these values in "
         "loop_net and let the cond_net write only the condition",
         "unsupported_loop", blobs=bad)
+
+
+def _refuse_hidden_writes(m: GradientMaker, body: OperatorDef, seeds: Mapping[str, object],
+                          body_grads: Mapping[str, object]) -> None:
+    """Refuse a loop whose body or ``cond_net`` Do writes, through an input-only binding,
+    a blob that has a gradient (:func:`core.ir.ssa.hidden_do_writes`): neither the body's
+    gradient nor the step accumulation sees that write, so the gradient through it is lost
+    (a step ``y += D`` so written left ``D`` without gradient; review, stop 34).
+
+    Raises:
+        InvalidNetError: code ``undeclared_branch_write``, naming the blobs.
+    """
+    cond_net = net_argument(m.op, "cond_net")
+    hidden = dict.fromkeys(hidden_do_writes(body))
+    for cop in cond_net.op if cond_net is not None else ():
+        if cop.type == "Do":
+            hidden.update(dict.fromkeys(hidden_do_writes(cop)))
+    bad = [n for n in hidden if body_grads.get(n) is not None or seeds.get(n) is not None]
+    if bad:
+        raise invalid_net(
+            m.env, m.op,
+            f"a Do of the While's loop_net or cond_net writes {shown_names(bad)} through a "
+            "binding it lists only as an input, and its gradient is needed: that write is "
+            "not seen by the backward pass. List the blob among that Do's outputs (and the "
+            "While's), as add_while_op does", "undeclared_branch_write", blobs=bad)
 
 
 def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
@@ -283,9 +317,10 @@ def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
         return
     workspace = body.output[-1] if len(body.output) else ""
     written = dict.fromkeys(n for n in body.output if n != workspace)
+    written.update(dict.fromkeys(hidden_do_writes(body)))
     cond_net = net_argument(m.op, "cond_net")
     for cop in cond_net.op if cond_net is not None else ():
-        written.update(dict.fromkeys(cop.output[:-1] if cop.type == "Do" else cop.output))
+        written.update(dict.fromkeys(_writes(cop)))
     bad = [n for n in dict.fromkeys(i for g in body_grad_ops for i in g.input)
            if n in written]
     if not bad:
@@ -299,6 +334,14 @@ def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
         "\"i\": 1} to the body Do's arguments, as Caffe2's add_while_op does, so each saved "
         "workspace keeps its own values",
         "unsaved_loop_values", blobs=bad)
+
+
+def _writes(op: OperatorDef) -> list[str]:
+    """The blobs a ``cond_net`` op writes in the While's workspace: a Do's outputs and what
+    it writes through input-only bindings (:func:`core.ir.ssa.hidden_do_writes`)."""
+    if op.type != "Do":
+        return list(op.output)
+    return list(dict.fromkeys([*op.output[:-1], *hidden_do_writes(op)]))
 
 
 def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:

@@ -123,7 +123,11 @@ def accumulate(m: GradientMaker, stepped: Sequence[str], seeds: Mapping[str, obj
             acc = sums[c] = f"_{c}_grad_while_step"
             init_ops.append(make_op("ConstantFill", [c], [acc], [make_arg("value", 0.0)]))
         carry = f"_{n}_grad_while_carry"
-        grad_cond_net.op.append(make_op("Sum" if sign > 0 else "Sub", [acc, carry], [acc]))
+        # (reduced to c's shape first: an Add/Sub step broadcasts a smaller c over n, and
+        # summing the carry straight into c's accumulator could not run; review, stop 34)
+        part, scratch = f"_{c}_grad_while_step_part", f"_{c}_grad_while_step_scratch"
+        grad_cond_net.op.append(make_op("AddGradient", [carry, carry, c], [scratch, part]))
+        grad_cond_net.op.append(make_op("Sum" if sign > 0 else "Sub", [acc, part], [acc]))
     if lost_set:
         shown = ", ".join(f"'{c}'" for c in lost_set)
         m.env.warn(

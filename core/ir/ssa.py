@@ -207,14 +207,17 @@ class ForwardSSA:
         """
         self.undeclared_writes: dict[int, list[str]] = {}
         for idx, op_type in enumerate(self.op_types):
-            if op_type not in ("If", "While"):
+            if op_type not in ("If", "While", "Do"):
                 continue
             op = self.ops[idx]
             declared = set(op.output)
             undeclared: dict[str, None] = {}
-            for arg in op.arg:
-                if arg.HasField("n"):
-                    _direct_writes(arg.n, undeclared)
+            if op_type == "Do":  # (its own workspace: only input-only bindings leak)
+                undeclared.update(dict.fromkeys(hidden_do_writes(op)))
+            else:
+                for arg in op.arg:
+                    if arg.HasField("n"):
+                        _direct_writes(arg.n, undeclared)
             names = [n for n in undeclared if n not in declared]
             if names:
                 self.undeclared_writes[idx] = names
@@ -341,11 +344,40 @@ class ForwardSSA:
         )
 
 
+def hidden_do_writes(op: caffe2_pb2.OperatorDef) -> list[str]:
+    """Outer blobs a ``Do`` writes without listing them as outputs: its sub-net writes an
+    inner name bound to an outer blob that is only among the Do's inputs. The binding
+    forwards to the outer blob (spec §4.1), so the write lands there, unseen by the SSA
+    (adversarial review, stop 34). ``[]`` for bindings that do not parse (refused when the
+    Do's gradient is made)."""
+    inner = outer_idx = subnet = None
+    for a in op.arg:
+        if a.name == "inner_blobs" and inner is None:
+            inner = [s.decode("utf-8", "replace") for s in a.strings]
+        elif a.name == "outer_blobs_idx" and outer_idx is None:
+            outer_idx = list(a.ints)
+        elif a.name == "net" and subnet is None and a.HasField("n"):
+            subnet = a.n
+    if not inner or outer_idx is None or subnet is None or len(inner) != len(outer_idx):
+        return []
+    outer = [*op.input[:-1], *op.output[:-1]]
+    if any(not 0 <= k < len(outer) for k in outer_idx):
+        return []
+    bound = dict(zip(inner, (outer[k] for k in outer_idx), strict=True))
+    declared = set(op.output)
+    written: dict[str, None] = {}
+    _direct_writes(subnet, written)
+    return list(dict.fromkeys(bound[n] for n in written
+                              if n in bound and bound[n] not in declared))
+
+
 def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
-    """Blobs written in the workspace that runs ``net``: Do sub-nets have their own."""
+    """Blobs written in the workspace that runs ``net``: Do sub-nets have their own, but
+    write through their input-only bindings (:func:`hidden_do_writes`)."""
     for op in net.op:
         if op.type == "Do":
             into.update(dict.fromkeys(op.output[:-1]))
+            into.update(dict.fromkeys(hidden_do_writes(op)))
             continue
         into.update(dict.fromkeys(op.output))
         if op.type in ("If", "While"):

@@ -138,3 +138,22 @@ def test_an_answer_that_cannot_be_json_falls_back_to_accepted_text_format(
     assert b'\\377\\376' in r.content  # (escaped: the text itself is UTF-8)
     resp = text_format.Parse(r.content.decode("utf-8"), netgrad_pb2.NetGradientResponse())
     assert resp.grad_ops[1].arg[0].s == b"\xff\xfe" and resp.net.op[0].arg[0].s == b"\xff\xfe"
+
+
+@pytest.mark.parametrize(("accept", "media"), [
+    ("application/json, text/*;q=0.1", TEXT),
+    ("application/json, text/x-pbtxt;q=0.1, application/x-protobuf;q=0.9",
+     "application/x-protobuf"),
+    ("application/json, application/x-protobuf;q=0.1, text/x-protobuf;q=0.9", TEXT),
+])
+def test_the_fallback_from_json_takes_the_highest_q(client: TestClient, accept: str,
+                                                    media: str) -> None:
+    """(second review) A wildcard text range counts, and q decides, not the order named."""
+    req = netgrad_pb2.NetGradientRequest()
+    op = caffe2_pb2.OperatorDef(type="Relu", input=["x"], output=["y"])
+    op.arg.add(name="blob", s=b"\xff")
+    req.net.op.append(op)
+    req.ys.add(blob="y")
+    r = client.post("/v1/gradients/net", content=req.SerializeToString(),
+                    headers={"content-type": "application/x-protobuf", "accept": accept})
+    assert r.status_code == 200 and r.headers["content-type"] == media, r.headers

@@ -154,3 +154,16 @@ def test_an_inputs_file_that_is_not_utf8_says_which_byte(
     head = capsys.readouterr().err.splitlines()[0]
     assert head == (f"netgrad: decode_error: {f}: not UTF-8 (byte 12: invalid start byte); "
                     "save it as UTF-8 text"), head
+
+
+def test_verify_names_its_main_net_file_too(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """(second walkthrough) With --init-net there are two NetDef files: each problem names
+    the one it is in."""
+    f = tmp_path / "typo.json"
+    f.write_text(json.dumps({"op": [{"type": "Relu", "inputs": ["x"], "output": ["y"]}]}))
+    init = tmp_path / "init.json"
+    init.write_text(json.dumps({"op": []}))
+    assert cli.main(["verify", str(f), "--init-net", str(init)]) == 1
+    head = capsys.readouterr().err.splitlines()[0]
+    assert head.startswith(f"netgrad: decode_error: {f}: op[0].inputs: unknown field"), head

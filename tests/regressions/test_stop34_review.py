@@ -219,3 +219,132 @@ def test_a_sub_net_blob_with_a_reserved_suffix_is_refused(local: str) -> None:
         o.output[:] = ["t" if n == local else n for n in o.output]
     inputs = [InputSpec("x", tensor=_t([2], [0.5, -1.0]))]
     assert check_outcome(renamed, ["h"], inputs) == "200"
+
+
+# -- second review ---------------------------------------------------------------------------
+
+def _net(obj: dict[str, Any]) -> caffe2_pb2.NetDef:
+    from core.proto import codec
+
+    return codec.from_json_obj(obj, caffe2_pb2.NetDef)
+
+
+def test_a_reserved_name_inside_an_if_of_a_do_sub_net_is_refused() -> None:
+    then = {"name": "then", "op": [
+        {"type": "Tanh", "input": ["a"], "output": ["b/_DO_OPERATOR_INNER_GRAD_"]},
+        {"type": "Mul", "input": ["b/_DO_OPERATOR_INNER_GRAD_", "a"], "output": ["b"]}]}
+    sub = {"name": "sub", "op": [
+        {"type": "ConstantFill", "output": ["cond"], "arg": [
+            {"name": "shape", "ints": [1]}, {"name": "value", "f": 1.0},
+            {"name": "dtype", "i": 9}]},
+        {"type": "If", "input": ["cond", "a"], "output": ["b"],
+         "arg": [{"name": "then_net", "n": then}]}]}
+    net = _net({"op": [{"type": "CreateScope", "output": ["W"]},
+                       {"type": "Do", "input": ["x", "W"], "output": ["h", "W"], "arg": [
+                           {"name": "net", "n": sub},
+                           {"name": "inner_blobs", "strings": ["a", "b"]},
+                           {"name": "outer_blobs_idx", "ints": [0, 1]}]}]})
+    from core.api import gradient_for_net
+
+    with pytest.raises(NetgradError) as info:
+        gradient_for_net(net, ["h"])
+    assert [p.code for p in info.value.problems] == ["gradient_name_collision"]
+
+
+def _do_writing_its_input() -> caffe2_pb2.NetDef:
+    """``Do`` whose sub-net scales ``a``, bound only to the input ``x``: the write lands in
+    ``x`` (the binding forwards to it), which ``Mul(x, h)`` then reads."""
+    return _net({"op": [
+        {"type": "CreateScope", "output": ["W"]},
+        {"type": "Do", "input": ["x", "W"], "output": ["h", "W"], "arg": [
+            {"name": "net", "n": {"name": "sub", "op": [
+                {"type": "Scale", "input": ["a"], "output": ["a"],
+                 "arg": [{"name": "scale", "f": 3.0}]},
+                {"type": "Tanh", "input": ["a"], "output": ["b"]}]}},
+            {"name": "inner_blobs", "strings": ["a", "b"]},
+            {"name": "outer_blobs_idx", "ints": [0, 1]}]},
+        {"type": "Mul", "input": ["x", "h"], "output": ["z"]}]})
+
+
+def test_a_do_writing_through_an_input_only_binding_is_refused_where_it_matters() -> None:
+    inputs = [InputSpec("x", tensor=_t([2], [0.5, -0.2]))]
+    net = _do_writing_its_input()
+    from core.api import gradient_for_net
+
+    with pytest.raises(NetgradError) as info:
+        gradient_for_net(net, ["z"])
+    (p,) = info.value.problems
+    assert (p.code, p.path, p.blobs) == ("undeclared_branch_write", "op[1]:Do", ("x",)), p
+    assert check_outcome(net, ["z"], inputs) == "4xx"
+    del net.op[2]  # (nothing reads x after the Do: the gradient of h is right)
+    assert check_outcome(net, ["h"], inputs) == "200"
+
+
+def _loop_with_cond_step(copy: bool, declared: bool, shape: list[int]) -> caffe2_pb2.NetDef:
+    """``z += y * w`` in the body; the cond_net steps ``y += D`` (``D`` of ``shape``, which
+    may broadcast), through a binding declared as the cond Do's output or not."""
+    body = {"name": "body", "op": [{"type": "Mul", "input": ["y", "w"], "output": ["t"]},
+                                   {"type": "Sum", "input": ["z", "t"], "output": ["z"]}]}
+    body_args = [{"name": "net", "n": body}, {"name": "inner_blobs", "strings": ["y", "w", "z"]},
+                 {"name": "outer_blobs_idx", "ints": [0, 1, 3]}]
+    if copy:
+        body_args.append({"name": "copy_external_blobs", "i": 1})
+    cond = {"name": "cond", "op": [{"type": "Add", "input": ["i", "ONE"], "output": ["i"]},
+                                   {"type": "Add", "input": ["yy", "D"], "output": ["yy"]},
+                                   {"type": "LE", "input": ["i", "LIMIT"], "output": ["c"]}]}
+    outs = ["i", "c", "y", "ws_cond"] if declared else ["i", "c", "ws_cond"]
+    idx = [0, 1, 2, 3, 4, 7] if declared else [0, 1, 2, 3, 4, 6]
+    inner = ["i", "ONE", "LIMIT", "yy", "D", "c"]
+    if declared:
+        inner, idx = ["i", "ONE", "LIMIT", "D", "c", "yy"], [0, 1, 2, 4, 6, 7]
+    cond_do = {"type": "Do", "input": ["i", "ONE", "LIMIT", "y", "D", "ws_cond"], "output": outs,
+               "arg": [{"name": "net", "n": cond}, {"name": "inner_blobs", "strings": inner},
+                       {"name": "outer_blobs_idx", "ints": idx}]}
+    loop_outs = ["z", "ws_body", "i", "c", *(["y"] if declared else []), "ws_cond"]
+    return _net({"op": [
+        {"type": "CreateScope", "output": ["ws_body"]},
+        {"type": "CreateScope", "output": ["ws_cond"]},
+        {"type": "While",
+         "input": ["c", "y", "w", "z", "ws_body", "i", "ONE", "LIMIT", "D", "ws_cond"],
+         "output": loop_outs, "arg": [
+             {"name": "loop_net", "n": {"name": "body_do", "op": [
+                 {"type": "Do", "input": ["y", "w", "z", "ws_body"], "output": ["z", "ws_body"],
+                  "arg": body_args}]}},
+             {"name": "cond_net", "n": {"name": "cond_do", "op": [cond_do]}}]}]})
+
+
+def _step_inputs(d: list[int]) -> list[InputSpec]:
+    return [InputSpec("y", tensor=_t([2], [0.5, -0.3])), InputSpec("w", tensor=_t([2], [0.7, 1.2])),
+            InputSpec("z", tensor=_t([2], [0.1, 0.2])), InputSpec("D", tensor=_t(d, [0.25] * d[0])),
+            InputSpec("i", tensor=_t([1], [0.0])), InputSpec("ONE", tensor=_t([1], [1.0])),
+            InputSpec("LIMIT", tensor=_t([1], [2.5])),
+            InputSpec("c", tensor=TensorSpec([], "bool", [False]))]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+@pytest.mark.parametrize("d", [[1], [2]])
+def test_a_cond_net_step_is_right_with_copies_and_refused_without(declared: bool,
+                                                                 d: list[int]) -> None:
+    """The step's operand ``D`` broadcast over ``y`` gets a gradient of its own shape (the
+    gradient net could not run before), and a step through an input-only binding counts as
+    a write of the loop (a wrong gradient for ``w`` before)."""
+    constants = ["i", "ONE", "LIMIT", "c"]
+    outcome = check_outcome(_loop_with_cond_step(True, declared, d), ["z"], _step_inputs(d),
+                            constants=constants)
+    assert outcome == ("200" if declared else "4xx")
+    from core.api import gradient_for_net
+
+    for copy in (False,) if declared else (True, False):
+        with pytest.raises(NetgradError) as info:
+            gradient_for_net(_loop_with_cond_step(copy, declared, d), ["z"])
+        code = "unsaved_loop_values" if declared else "undeclared_branch_write"
+        assert [p.code for p in info.value.problems] == [code], info.value.problems
+
+
+def test_a_while_listing_an_input_twice_is_refused(client: TestClient) -> None:
+    net = _loop(_READS_CARRIED, True)
+    loop = net.op[2]
+    loop.input.insert(3, "w")  # (w twice: its gradient slots would share one name)
+    problem = assert_problem(client.post(NET, json={"net": _json(net), "ys": ["y"]}), 422)
+    (err,) = problem["errors"]
+    assert (err["code"], err["path"], err["blobs"]) == ("duplicate_input", "op[2]:While", ["w"])
