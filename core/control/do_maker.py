@@ -199,11 +199,15 @@ def _refuse_reserved_names(op: OperatorDef, subnet: caffe2_pb2.NetDef,
 
 
 def _all_names(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
-    """Every blob name of ``net``'s ops and of the nets nested in their arguments (an
-    If/While branch runs in the Do's own workspace; review, stop 34)."""
+    """Every blob name of the workspace that runs ``net``: its ops' and those of the nets
+    nested in their arguments (an If/While branch runs in the Do's own workspace; review,
+    stop 34), but not a nested Do's sub-net, whose names live in its own workspace (and are
+    checked when its gradient is made: each name is read once, not once per level)."""
     for o in net.op:
         into.update(dict.fromkeys(o.input))
         into.update(dict.fromkeys(o.output))
+        if o.type == "Do":
+            continue
         for a in o.arg:
             if a.HasField("n"):
                 _all_names(a.n, into)

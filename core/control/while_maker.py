@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.control import while_steps
@@ -251,7 +252,7 @@ def _refuse_cond_net_values(m: GradientMaker, seeds: Mapping[str, object],
     for cop in cond_net.op:
         if cop.type == "Do":
             check_do(cop, m.env)  # malformed bindings are a 422 here too, as /v1/run says
-        outs = _writes(cop)
+        outs = _writes(cop, m.env.memo)
         writes.update(dict.fromkeys(outs))
         for n in outs:
             steps[n] = steps.get(n, True) and _is_step(cop, n, m.op.output)
@@ -282,10 +283,10 @@ def _refuse_hidden_writes(m: GradientMaker, body: OperatorDef, seeds: Mapping[st
         InvalidNetError: code ``undeclared_branch_write``, naming the blobs.
     """
     cond_net = net_argument(m.op, "cond_net")
-    hidden = dict.fromkeys(hidden_do_writes(body))
+    hidden = dict.fromkeys(hidden_do_writes(body, m.env.memo))
     for cop in cond_net.op if cond_net is not None else ():
         if cop.type == "Do":
-            hidden.update(dict.fromkeys(hidden_do_writes(cop)))
+            hidden.update(dict.fromkeys(hidden_do_writes(cop, m.env.memo)))
     bad = [n for n in hidden if body_grads.get(n) is not None or seeds.get(n) is not None]
     if bad:
         raise invalid_net(
@@ -317,10 +318,10 @@ def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
         return
     workspace = body.output[-1] if len(body.output) else ""
     written = dict.fromkeys(n for n in body.output if n != workspace)
-    written.update(dict.fromkeys(hidden_do_writes(body)))
+    written.update(dict.fromkeys(hidden_do_writes(body, m.env.memo)))
     cond_net = net_argument(m.op, "cond_net")
     for cop in cond_net.op if cond_net is not None else ():
-        written.update(dict.fromkeys(_writes(cop)))
+        written.update(dict.fromkeys(_writes(cop, m.env.memo)))
     bad = [n for n in dict.fromkeys(i for g in body_grad_ops for i in g.input)
            if n in written]
     if not bad:
@@ -336,12 +337,12 @@ def _refuse_unsaved_reads(m: GradientMaker, body: OperatorDef,
         "unsaved_loop_values", blobs=bad)
 
 
-def _writes(op: OperatorDef) -> list[str]:
+def _writes(op: OperatorDef, memo: dict[Any, Any]) -> list[str]:
     """The blobs a ``cond_net`` op writes in the While's workspace: a Do's outputs and what
     it writes through input-only bindings (:func:`core.ir.ssa.hidden_do_writes`)."""
     if op.type != "Do":
         return list(op.output)
-    return list(dict.fromkeys([*op.output[:-1], *hidden_do_writes(op)]))
+    return list(dict.fromkeys([*op.output[:-1], *hidden_do_writes(op, memo)]))
 
 
 def _is_step(op: OperatorDef, n: str, carried: Sequence[str]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.errors import LimitExceededError
 from core.types import Diagnostic
@@ -48,6 +49,9 @@ class GenEnv:
             :mod:`core.ir.densify`).
         slices: set by the registry when a maker's ``g_input`` holds a GradientSlice; the
             pass version-checks the forward blobs it names, then clears it.
+        memo: per-request results about sub-nets that every nesting level asks for
+            (:func:`core.ir.ssa.hidden_do_writes`), shared with child envs: each is worked
+            out once, not once per level above it.
     """
 
     limits: GenLimits = field(default_factory=GenLimits)
@@ -59,6 +63,7 @@ class GenEnv:
     recompute: bool = False
     densify: bool = False
     slices: bool = False
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def op_path(self, op_index: int, op_type: str) -> str:
         """Full path of op ``op_index`` of the current net, e.g. ``op[0]:Do/net/op[1]:Add``."""
@@ -87,6 +92,7 @@ class GenEnv:
             self.counters,
             recompute=self.recompute,
             densify=self.densify,
+            memo=self.memo,
         )
 
     def warn(

@@ -10,6 +10,7 @@ unchanged added to their inputs (:func:`core.ir.dataflow.with_implicit_inputs`, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from api_schemas import caffe2_pb2
 from core.errors import InvalidNetError
@@ -213,11 +214,11 @@ class ForwardSSA:
             declared = set(op.output)
             undeclared: dict[str, None] = {}
             if op_type == "Do":  # (its own workspace: only input-only bindings leak)
-                undeclared.update(dict.fromkeys(hidden_do_writes(op)))
+                undeclared.update(dict.fromkeys(hidden_do_writes(op, self.env.memo)))
             else:
                 for arg in op.arg:
                     if arg.HasField("n"):
-                        _direct_writes(arg.n, undeclared)
+                        _direct_writes(arg.n, undeclared, self.env.memo)
             names = [n for n in undeclared if n not in declared]
             if names:
                 self.undeclared_writes[idx] = names
@@ -344,12 +345,29 @@ class ForwardSSA:
         )
 
 
-def hidden_do_writes(op: caffe2_pb2.OperatorDef) -> list[str]:
+def hidden_do_writes(op: caffe2_pb2.OperatorDef,
+                     memo: dict[Any, Any] | None = None) -> list[str]:
     """Outer blobs a ``Do`` writes without listing them as outputs: its sub-net writes an
     inner name bound to an outer blob that is only among the Do's inputs. The binding
     forwards to the outer blob (spec §4.1), so the write lands there, unseen by the SSA
     (adversarial review, stop 34). ``[]`` for bindings that do not parse (refused when the
-    Do's gradient is made)."""
+    Do's gradient is made).
+
+    ``memo`` (:attr:`core.ir.env.GenEnv.memo`) keeps each Do's answer for the request: every
+    nesting level above a Do asks for it, and without it a deep net costs Python time
+    quadratic in its depth. The key is the op's bytes (each level works on its own copies of
+    the ops, :func:`core.ir.dataflow.with_implicit_inputs`): serializing runs in C.
+    """
+    if memo is None:
+        return _hidden_do_writes(op, memo)
+    key = ("hidden_do_writes", op.SerializeToString(deterministic=True))
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _hidden_do_writes(op, memo)
+    return list(found)
+
+
+def _hidden_do_writes(op: caffe2_pb2.OperatorDef, memo: dict[Any, Any] | None) -> list[str]:
     inner = outer_idx = subnet = None
     for a in op.arg:
         if a.name == "inner_blobs" and inner is None:
@@ -366,22 +384,23 @@ def hidden_do_writes(op: caffe2_pb2.OperatorDef) -> list[str]:
     bound = dict(zip(inner, (outer[k] for k in outer_idx), strict=True))
     declared = set(op.output)
     written: dict[str, None] = {}
-    _direct_writes(subnet, written)
+    _direct_writes(subnet, written, memo)
     return list(dict.fromkeys(bound[n] for n in written
                               if n in bound and bound[n] not in declared))
 
 
-def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None]) -> None:
+def _direct_writes(net: caffe2_pb2.NetDef, into: dict[str, None],
+                   memo: dict[Any, Any] | None = None) -> None:
     """Blobs written in the workspace that runs ``net``: Do sub-nets have their own, but
     write through their input-only bindings (:func:`hidden_do_writes`)."""
     for op in net.op:
         if op.type == "Do":
             into.update(dict.fromkeys(op.output[:-1]))
-            into.update(dict.fromkeys(hidden_do_writes(op)))
+            into.update(dict.fromkeys(hidden_do_writes(op, memo)))
             continue
         into.update(dict.fromkeys(op.output))
         if op.type in ("If", "While"):
             for arg in op.arg:
                 if arg.HasField("n"):
-                    _direct_writes(arg.n, into)
+                    _direct_writes(arg.n, into, memo)
 

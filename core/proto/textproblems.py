@@ -144,15 +144,13 @@ def _short_quote(text: str, source: str, line: int | None, column: int | None) -
     """The parser's message ``text`` with the line it quotes (the whole line: a one-line
     body of megabytes came back in full, and its reason was cut off) cut to the part around
     ``column``, so the reason after it always stays."""
-    if not source or not line or not column:
+    rest = _rest_at(source, line, 1)
+    if rest is None or not column:
         return text
-    lines = source.split("\n", line)
-    if len(lines) < line:
+    whole = rest.split("\n", 1)[0]
+    quoted = f"{line}:{column} : '{whole}': "
+    if len(whole) <= QUOTE_BEFORE + QUOTE_AFTER or not text.startswith(quoted):
         return text
-    quoted = f"{line}:{column} : '{lines[line - 1]}': "
-    if not text.startswith(quoted) or len(lines[line - 1]) <= QUOTE_BEFORE + QUOTE_AFTER:
-        return text
-    whole = lines[line - 1]
     start, end = max(0, column - 1 - QUOTE_BEFORE), column - 1 + QUOTE_AFTER
     excerpt = (("..." if start else "") + whole[start:end]
                + ("..." if end < len(whole) else ""))
