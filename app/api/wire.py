@@ -544,7 +544,8 @@ def _not_json(msg: message.Message, refused: bool) -> Exception:
               "application/protobuf) or text format (Accept: text/x-protobuf)")
     code = "not_acceptable" if refused else "answer_not_json"
     problems = [Diagnostic("error", code, f"{p}: holds bytes that are not UTF-8; ask for "
-                           "Accept: application/x-protobuf (or application/protobuf)", path=p)
+                           "Accept: application/x-protobuf (or application/protobuf, or text "
+                           "format: text/x-protobuf)", path=p)
                 for p in paths]
     if not refused:  # (no Accept, or */*: the default, JSON, was asked for)
         return DecodeError(detail, problems)
