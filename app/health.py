@@ -22,8 +22,8 @@ from fastapi.responses import Response
 
 from api_schemas import netgrad_pb2
 from app import __version__
-from app.api import docs, jsonmap
-from app.api.negotiation import json_bytes
+from app.api import docs, wire
+from app.api.negotiation import answer_body
 from app.auth import HeaderProblem
 from app.settings import get_settings
 
@@ -51,17 +51,19 @@ def readiness(pool: Any, configured_workers: int) -> tuple[bool, str, int]:
     ), s.ready
 
 
-def _health(status: str, workers: int) -> Response:
+def _health(request: Request, status: str, workers: int) -> Response:
+    """The probe's ``Health`` answer, in the encoding ``Accept`` prefers (JSON if none fits)."""
     msg = netgrad_pb2.Health(status=status, version=__version__, workers=workers)
-    return Response(json_bytes(jsonmap.encode(msg)), media_type="application/json")
+    return wire.respond(answer_body(request.headers.get("accept"), lenient=True), msg,
+                        vary=True)
 
 
 @router.get("/livez", summary="Liveness: the process serves", response_class=Response,
-            responses=docs.responses("Health"))
+            responses=docs.responses("Health", "Health", body=False, probe=True))
 async def livez(request: Request) -> Response:
     """``{"status": "ok"}`` while the process answers (async: never queued behind jobs)."""
     pool = getattr(request.app.state, "pool", None)
-    return _health("ok", int(getattr(pool, "size", 0) or 0) if pool is not None else 0)
+    return _health(request, "ok", int(getattr(pool, "size", 0) or 0) if pool is not None else 0)
 
 
 # HEAD of the probes (load balancers and uptime checkers send it): the GET answer's headers.
@@ -75,14 +77,15 @@ _NOT_READY = {"description": "Not ready (the reason in `detail`); retry after `R
 
 @router.get("/readyz", summary="Readiness: all execution workers are up",
             response_class=Response,
-            responses={**docs.responses("Health"), 503: _NOT_READY})
+            responses={**docs.responses("Health", "Health", body=False, probe=True),
+                       503: _NOT_READY})
 async def readyz(request: Request) -> Response:
     """``{"status": "ready", "workers": <ready workers>}``, or 503 with the reason."""
     settings = request.app.dependency_overrides.get(get_settings, get_settings)()
     ok, reason, ready = readiness(getattr(request.app.state, "pool", None), settings.workers)
     if not ok:
         raise HeaderProblem(503, "not_ready", reason, {"Retry-After": "1"})
-    return _health("ready", ready)
+    return _health(request, "ready", ready)
 
 
 router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)

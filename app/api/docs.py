@@ -195,8 +195,13 @@ def _problem(description: str) -> dict[str, Any]:
     }
 
 
-def responses(model: str, pb_message: str | None = None) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` of a route answering ``model`` (JSON) or protobuf."""
+def responses(model: str, pb_message: str | None = None, body: bool = True,
+              probe: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` of a route answering ``model`` (JSON) or protobuf.
+
+    ``body=False``: a ``GET`` (no request-body problems; a 406 unless ``probe``, whose
+    answer falls back to JSON).
+    """
     content: dict[str, Any] = {"application/json": {"schema": {"$ref": SCHEMA_PREFIX + model}}}
     if pb_message is not None:
         binary = {"schema": {"type": "string", "format": "binary"}}
@@ -208,6 +213,10 @@ def responses(model: str, pb_message: str | None = None) -> dict[int | str, dict
     out: dict[int | str, dict[str, Any]] = {
         200: {"description": "Success", "content": content},
     }
+    if pb_message is not None and not body:
+        if not probe:
+            out[406] = _problem("Accept allows neither JSON nor protobuf")
+        return out
     if pb_message is not None:
         out[400] = _problem("Undecodable body, unknown field, bad UTF-8, inconsistent request")
         out[406] = _problem("Accept allows neither JSON nor protobuf")

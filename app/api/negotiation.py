@@ -226,6 +226,25 @@ def response_media(accept: str | None) -> tuple[Media, str]:
     return best[2], best[3]
 
 
+def answer_body(accept: str | None, lenient: bool = False) -> Body:
+    """The empty :class:`Body` of a ``GET``: only its answer's encoding, from ``Accept``.
+
+    ``lenient`` (the health probes): an ``Accept`` that allows neither JSON nor protobuf
+    gets JSON rather than a 406, so that a probe sending ``Accept: text/plain`` still sees
+    the service up.
+
+    Raises:
+        ProblemError: 406 from :func:`response_media` (unless ``lenient``).
+    """
+    try:
+        media, media_type = response_media(accept)
+    except ProblemError:
+        if not lenient:
+            raise
+        media, media_type = Media.JSON, Media.JSON.value
+    return Body(b"", Media.JSON, media, media_type, None, accept)
+
+
 async def read_body(
     request: Request, limit: int, media: Media, message: Any = None,
     watch: Callable[[bytes], None] | None = None, text_limit: bool = False,

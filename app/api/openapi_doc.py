@@ -49,6 +49,13 @@ BINARY_NOTE = (
     "`netgrad` CLI with `--url`, or curl `--data-binary @request.pb`."
 )
 
+GET_BINARY_NOTE = (
+    "\n\n**Binary protobuf.** `Accept: application/protobuf` (or `application/x-protobuf`) "
+    "asks for the answer as its binary `netgrad.v1` message, and `Accept: text/x-protobuf` "
+    "in protobuf text format. \"Try it out\" offers JSON and text format only (it cannot show "
+    "binary answers)."
+)
+
 _EXTRA_STATUS = {
     500: "Internal error (a bug): the request was not served; nothing is left half done.",
     503: "No execution worker is available (NETGRAD_WORKERS=0, every worker busy past the "
@@ -138,6 +145,10 @@ def _finish_operation(op: dict[str, Any], op_id: str) -> None:
         for t in BINARY_TYPES:
             content.pop(t, None)
     responses = op.setdefault("responses", {})
+    answers_binary = any(t in resp.get("content", {}) for resp in responses.values()
+                         for t in BINARY_TYPES)
+    if body is None and answers_binary:
+        op["description"] = (op.get("description") or "") + GET_BINARY_NOTE
     for resp in responses.values():
         for t in BINARY_TYPES:
             resp.get("content", {}).pop(t, None)

@@ -493,7 +493,7 @@ def tensor_pb(arr: np.ndarray) -> netgrad_pb2.Tensor:
 # -- answers -------------------------------------------------------------------------------------
 
 
-def respond(body: Body, msg: message.Message) -> Response:
+def respond(body: Body, msg: message.Message, vary: bool = False) -> Response:
     """``msg`` in the negotiated encoding: binary protobuf, protobuf text format (UTF-8,
     fields in number order, as ``codec.to_text`` writes them), or its JSON form.
 
@@ -501,11 +501,16 @@ def respond(body: Body, msg: message.Message) -> Response:
     a binary or text-format request can send) is binary protobuf or text format instead
     when the client's ``Accept`` names one (:func:`~app.api.negotiation.protobuf_fallback`);
     otherwise a problem names every such field: a 406 for an ``Accept`` that names JSON
-    only, a 400 for none or ``*/*`` (the default, JSON, was asked for).
+    only, a 400 for none or ``*/*`` (the default, JSON, was asked for). ``vary``: the
+    answer says ``Vary: Accept`` whatever its encoding (a ``GET``, which caches may keep).
 
     Raises:
         ProblemError: 406 ``not_acceptable``; DecodeError: 400.
     """
+    if vary:
+        resp = respond(body, msg)
+        resp.headers["Vary"] = "Accept"
+        return resp
     observability.response_ops(msg)
     if body.accept is Media.PROTOBUF:
         return Response(codec.to_binary(msg), media_type=body.accept_type)

@@ -29,7 +29,7 @@ from app.api.checks import YS_EMPTY
 from app.api.deps import Context, serve
 from app.api.hints import nested_under
 from app.api.job_work import JobConfig, job_work, problem_message
-from app.api.negotiation import Body, Media, response_media
+from app.api.negotiation import Body, answer_body
 from app.errors import ProblemError
 from app.settings import Settings
 from core.errors import InvalidRequestError
@@ -113,12 +113,6 @@ def _status(rec: JobRecord, ttl_s: float) -> netgrad_pb2.JobStatus:
         # Where the problem happened: the job (a synchronous problem names its request).
         msg.error.instance = f"/v1/jobs/{rec.id}"
     return msg
-
-
-def _body(request: Request) -> Body:
-    header = request.headers.get("accept")
-    accept, accept_type = response_media(header)
-    return Body(b"", Media.JSON, accept, accept_type, None, header)
 
 
 def _owner() -> str | None:
@@ -206,11 +200,11 @@ def get_job(request: Request) -> Response:
     """
     job_id = request.path_params["job_id"]
     jobs = _jobs(request)
-    body = _body(request)
+    body = answer_body(request.headers.get("accept"))
     rec = jobs.get(job_id, _owner())
     if rec is None:
         raise _not_found(job_id)
-    return wire.respond(body, _status(rec, jobs.ttl_s))
+    return wire.respond(body, _status(rec, jobs.ttl_s), vary=True)
 
 
 @router.delete("/jobs/{job_id}", summary="Cancel a job",
@@ -224,8 +218,8 @@ def cancel_job(request: Request) -> Response:
     """
     job_id = request.path_params["job_id"]
     jobs = _jobs(request)
-    body = _body(request)
+    body = answer_body(request.headers.get("accept"))
     rec = jobs.cancel(job_id, _owner())
     if rec is None:
         raise _not_found(job_id)
-    return wire.respond(body, _status(rec, jobs.ttl_s))
+    return wire.respond(body, _status(rec, jobs.ttl_s), vary=True)

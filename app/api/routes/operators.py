@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from api_schemas import netgrad_pb2
-from app.api import docs, jsonmap
-from app.api.negotiation import json_bytes
+from app.api import docs, wire
+from app.api.negotiation import answer_body
 from app.errors import ProblemError
 from core import ops, registry
 
@@ -20,7 +20,7 @@ _STATUSES = tuple(s.value for s in registry.GradientStatus)
     "/operators",
     summary="Registered op types and their gradient status",
     response_class=Response,
-    responses={**docs.responses("OperatorList"),
+    responses={**docs.responses("OperatorList", "OperatorList", body=False),
                400: docs.problem_response("Unknown `status` (the answer lists the valid ones)")},
     # The query parameter is read by hand (declared here), so that a bad value is this
     # route's own 400 problem, not FastAPI's undocumented 422 validation error.
@@ -34,8 +34,11 @@ def list_operators(request: Request) -> Response:
     """Every registered op type, sorted, with gradient status and whether it has a kernel.
 
     ``status`` keeps only the types with that status (``not_implemented_in_netgrad``: Caffe2
-    differentiates the type, netgrad does not yet). An unknown status is a 400.
+    differentiates the type, netgrad does not yet). An unknown status is a 400. The answer
+    is JSON, binary protobuf or text format (``netgrad.v1.OperatorList``), as ``Accept``
+    asks; one that allows none of them is a 406.
     """
+    body = answer_body(request.headers.get("accept"))
     ops.load_all()
     status = request.query_params.get("status")
     if status is not None and status not in _STATUSES:
@@ -52,4 +55,4 @@ def list_operators(request: Request) -> Response:
                                  doc=e.doc)
         for e in entries
     ])
-    return Response(json_bytes(jsonmap.encode(msg)), media_type="application/json")
+    return wire.respond(body, msg, vary=True)
