@@ -62,6 +62,11 @@ class Workspace:
         ws, n = self, name
         while n in ws._forwarded:
             ws, n = ws._forwarded[n]
+            if type(ws)._resolve is not Workspace._resolve:
+                # a parent that resolves by its own rule (a RecurrentNetwork's step
+                # workspace reads what it lacks from its shared parent): a Do in a step
+                # net that binds an outer blob of the RNN finds it there
+                return ws._resolve(n)
         return ws, n
 
     def has(self, name: str) -> bool:
